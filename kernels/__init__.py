@@ -1,0 +1,1 @@
+"""Triton kernels with plain-torch references (imported as rmbench_fast.kernels)."""

@@ -1,0 +1,129 @@
+"""Results files: the per-sample file in the official format, summary.json, and atomic writes.
+
+The per-sample file is a JSON list: each input item plus `score_chosen: [3 floats]`,
+`score_rejected: [3 floats]` and `domain`. The official scripts write the same shape (with or
+without `domain`), so `read_scores` reads both.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from .data import DOMAINS, Sample, file_domain
+from .errors import DataError
+
+
+def atomic_write_text(path, text: str) -> None:
+    """Write `text` to `path` so that a reader sees the old file or the whole new one, never a part."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def atomic_write_json(path, obj, indent: int | None = 2) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False, allow_nan=False) + "\n")
+
+
+def results_items(samples: list[Sample], chosen: np.ndarray, rejected: np.ndarray) -> list[dict]:
+    """Each input item plus its scores and domain, in the official results format."""
+    out = []
+    for s, c, r in zip(samples, chosen, rejected):
+        item = dict(s.item)
+        item["domain"] = s.domain
+        item["score_chosen"] = [float(x) for x in c]
+        item["score_rejected"] = [float(x) for x in r]
+        out.append(item)
+    return out
+
+
+def write_results(out_dir, samples, chosen, rejected, summary: dict) -> tuple[Path, Path]:
+    out_dir = Path(out_dir)
+    results_path, summary_path = out_dir / "results.json", out_dir / "summary.json"
+    atomic_write_json(results_path, results_items(samples, chosen, rejected))
+    atomic_write_json(summary_path, summary)
+    return results_path, summary_path
+
+
+def read_scores(path):
+    """Read a results file (ours, or the official scripts'). Returns (chosen [n,3], rejected [n,3],
+    domains, subsets, names). `path` may also be a run folder holding results.json."""
+    path = Path(path)
+    if path.is_dir():
+        if not (path / "results.json").is_file():
+            raise DataError(path, "is a folder without results.json")
+        path = path / "results.json"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DataError(path, "no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataError(path, f"cannot be read ({e})") from None
+    if not text.strip():
+        raise DataError(path, "file is empty")
+    try:
+        # Python's json writes NaN / Infinity; read them so that they are reported, not hidden.
+        items = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DataError(path, f"not JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    if not isinstance(items, list):
+        raise DataError(path, "top level must be a JSON list of results")
+    if not items:
+        raise DataError(path, "holds an empty list: no results")
+    stem_domain = file_domain(path)
+    n = len(items)
+    chosen, rejected = np.empty((n, 3)), np.empty((n, 3))
+    domains, subsets, names = [], [], []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise DataError(path, "result must be an object", index=i)
+        for key, arr in (("score_chosen", chosen), ("score_rejected", rejected)):
+            if key not in item:
+                raise DataError(path, "missing key", index=i, key=key)
+            v = item[key]
+            if not isinstance(v, list) or len(v) != 3:
+                raise DataError(path, "must be a list of 3 numbers", index=i, key=key)
+            for j, x in enumerate(v):
+                if isinstance(x, bool) or not isinstance(x, (int, float)):
+                    raise DataError(path, f"must be a number, got {x!r}", index=i, key=f"{key}[{j}]")
+                if not math.isfinite(x):
+                    raise DataError(path, f"score is {x} (not a finite number)", index=i, key=f"{key}[{j}]")
+                arr[i, j] = x
+        domains.append(_result_domain(path, i, item, stem_domain))
+        subset = item.get("subset")
+        subsets.append(subset if isinstance(subset, str) else None)
+        sid = item.get("id", i)
+        names.append(str(sid) if str(sid).startswith(f"{domains[-1]}/") else f"{domains[-1]}/{sid}")
+    return chosen, rejected, domains, subsets, names
+
+
+def _result_domain(path, index, item, stem_domain) -> str:
+    """`domain` when present; else the prefix of an id such as "chat/100"; else the file's name
+    (chat_filtered_<model>.json -> chat); else one pooled domain, "all"."""
+    if "domain" in item:
+        d = item["domain"]
+        if not isinstance(d, str) or d not in DOMAINS:
+            raise DataError(path, f"unknown domain {d!r} (expected one of {', '.join(DOMAINS)})", index=index,
+                            key="domain")
+        return d
+    sid = item.get("id")
+    if isinstance(sid, str) and "/" in sid and sid.split("/")[0] in DOMAINS:
+        return sid.split("/")[0]
+    return stem_domain or "all"

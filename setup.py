@@ -1,0 +1,35 @@
+from setuptools import setup
+
+# `kernels/` ships as `rmbench_fast.kernels`: a top-level package named `kernels` would shadow
+# Hugging Face's `kernels` package, which transformers probes at import time.
+setup(
+    name="rmbench-fast",
+    version="0.1.0",
+    description="Fast, exact RM-Bench scoring for reward models and DPO models",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=["rmbench_fast", "rmbench_fast.scorers", "rmbench_fast.kernels"],
+    package_dir={"rmbench_fast.kernels": "kernels"},
+    package_data={"rmbench_fast": ["demo_data/*.json"]},
+    install_requires=[
+        # CI installs torch==2.13.0 (CPU build) first; keep this a range that it satisfies.
+        "torch>=2.2,<3",
+        "transformers>=4.45",
+        "tokenizers>=0.19",
+        "huggingface_hub>=0.23",
+        "safetensors>=0.4",
+        "numpy>=1.24",
+        "numba>=0.59",
+        "click>=8.1",
+        "tqdm>=4.66",
+        "jinja2>=3.1",
+        "triton>=3.0; platform_system == 'Linux'",
+    ],
+    extras_require={
+        "test": ["pytest>=7", "hypothesis>=6"],
+        "plot": ["matplotlib>=3.7"],
+        "ray": ["ray>=2.9"],
+    },
+    entry_points={"console_scripts": ["rmbench-fast = rmbench_fast.cli:main"]},
+)

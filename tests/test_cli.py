@@ -1,0 +1,90 @@
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from conftest import make_item, write_json
+from rmbench_fast.cli import main
+from test_metrics import official_summary
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_help_everywhere():
+    for cmd in ([], ["accuracy"], ["data"], ["data", "stats"], ["data", "validate"]):
+        r = run(*cmd, "--help")
+        assert r.exit_code == 0 and "Usage" in r.output
+
+
+@pytest.mark.parametrize("id_style", ["int", "str"])
+def test_accuracy_json_matches_official(tmp_path, id_style):
+    rng = np.random.default_rng(3)
+    domains = ["chat", "code", "math", "safety-refuse", "safety-response"]
+    results = []
+    for p in range(200):
+        d = domains[p % 5]
+        c, r = rng.integers(0, 4, 3), rng.integers(0, 4, 3)  # many ties
+        item = {"id": p if id_style == "int" else f"{d}/{p}", "prompt": "q",
+                "score_chosen": c.astype(float).tolist(), "score_rejected": r.astype(float).tolist()}
+        if id_style == "int":
+            item["domain"] = d
+        results.append({**item, "_domain": d})
+    write_json(tmp_path / "res.json", [{k: v for k, v in x.items() if k != "_domain"} for x in results])
+    r = run("accuracy", tmp_path / "res.json", "--json")
+    assert r.exit_code == 0, r.output
+    ours = json.loads(r.output)
+    ref = official_summary([{**x, "domain": x["_domain"]} for x in results])
+    assert abs(ours["overall"] - ref["overall"]) <= 1e-12
+    for d in ("chat", "code", "math", "safety"):
+        for k in ("hard", "normal", "easy", "avg"):
+            assert abs(ours["domains"][d][k] - ref[d][k]) <= 1e-12
+
+
+def test_accuracy_table_and_official_file_name(tmp_path):
+    # an official per-domain results file: no domain key, int ids, domain from the file name
+    items = [{**make_item(i), "score_chosen": [1.0, 2.0, 3.0], "score_rejected": [0.5, 2.5, 2.0]} for i in range(3)]
+    p = write_json(tmp_path / "code_filtered_mymodel_ref_free_20250101.json", items)
+    r = run("accuracy", p)
+    assert r.exit_code == 0, r.output
+    assert "code" in r.output and "overall" in r.output
+    ours = json.loads(run("accuracy", p, "--json").output)
+    assert list(ours["domains"]) == ["code"]
+
+
+@pytest.mark.parametrize("content, expected", [
+    ([{"score_chosen": [1, 2, 3]}], "key 'score_rejected': missing key"),
+    ([{"score_chosen": [1, 2], "score_rejected": [1, 2, 3]}], "list of 3 numbers"),
+    ([{"score_chosen": [1, "x", 3], "score_rejected": [1, 2, 3]}], "score_chosen[1]"),
+    ("[{\"score_chosen\": [1, NaN, 3], \"score_rejected\": [1, 2, 3]}]", "not a finite number"),
+])
+def test_accuracy_bad_results(tmp_path, content, expected):
+    p = tmp_path / "r.json"
+    p.write_text(content if isinstance(content, str) else json.dumps(content))
+    r = run("accuracy", p)
+    assert r.exit_code == 2
+    assert expected in r.output
+
+
+def test_validate_ok_and_stats(shared_data):
+    r = run("data", "validate", shared_data)
+    assert r.exit_code == 0 and "798 prompts" in r.output
+    r = run("data", "stats", shared_data, "--json", "--domains", "chat")
+    assert json.loads(r.output)["domains"]["chat"]["n_prompts"] == 129
+
+
+def test_validate_bad_file_real_process(tmp_path):
+    """The installed console script: one line on stderr, status 2, no traceback."""
+    p = tmp_path / "chat_filtered.json"
+    p.write_text(json.dumps([make_item(0), {**make_item(1), "chosen": ["a", "b", 7]}]))
+    proc = subprocess.run([sys.executable, "-m", "rmbench_fast.cli", "data", "validate", str(p)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert str(p) in lines[0] and "item 1" in lines[0] and "chosen[2]" in lines[0]

@@ -108,5 +108,82 @@ def validate(path):
     click.echo(f"ok: {len(samples)} prompts ({', '.join(f'{d} {n}' for d, n in per_domain.items())})")
 
 
+def _print_run(run, summary, out_dir):
+    from .metrics import format_table
+
+    click.echo(format_table(summary))
+    click.echo(f"\n{run['n_sequences']} sequences, {run['real_tokens']:,} tokens "
+               f"(padded/real {run['padding_ratio']:.3f}), {run['passes']} model pass(es) in {run['score_s']:.1f} s: "
+               f"{run['tokens_per_s']:,.0f} tokens/s; {run['truncated']['sequences']} sequences truncated")
+    if out_dir:
+        click.echo(f"results: {out_dir}/results.json, {out_dir}/summary.json, {out_dir}/run.json")
+
+
+@main.command()
+@click.option("--model", required=True, help="Reward model or DPO policy: a local folder or a hub id.")
+@click.option("--ref-model", default=None, help="DPO reference model (reward = sum log p_policy - log p_ref).")
+@click.option("--mode", type=click.Choice(["auto", "rm", "dpo"]), default="auto", show_default=True,
+              help="auto: *ForSequenceClassification -> rm, causal LM -> dpo.")
+@click.option("--ref-free", type=click.Choice(["sum", "avg", "norm"]), default=None,
+              help="DPO without a reference: sum, avg (per token; the official default) or norm "
+                   "(minus the L2 norm of the token log-probs).")
+@click.option("--data", default="THU-KEG/RM-Bench", show_default=True,
+              help="RM-Bench data: folder, .json/.jsonl file, or hub dataset id.")
+@click.option("--output", "-o", default=None, help="Folder for results.json, summary.json and run.json.")
+@click.option("--tokenizer", default=None, help="Tokenizer to use instead of the model's.")
+@click.option("--chat-template", default=None,
+              help="Built-in template name (tulu) or a Jinja file. Default: the tokenizer's own chat "
+                   "template, else tulu, as the official scripts.")
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None,
+              help="Model dtype [default: float32 on CPU, bfloat16 on GPU].")
+@click.option("--device", default=None, help="cpu, cuda, cuda:1, ... [default: cuda when available].")
+@click.option("--max-tokens-per-batch", type=int, default=16384, show_default=True,
+              help="Padded tokens (rows x longest row) per batch.")
+@click.option("--max-batch-size", type=int, default=None, help="At most this many sequences per batch.")
+@click.option("--compat", type=click.Choice(["official"]), default=None,
+              help="Reproduce the official pipeline's truncation (RM: left, 2048 tokens; DPO: prompt "
+                   "to its last 128 tokens, responses to 1920) and its top-label RM score.")
+@click.option("--label-index", type=int, default=None, help="Logit column of a multi-label reward head.")
+@click.option("--trust-remote-code", is_flag=True, help="Allow code shipped with the model to run (off by default).")
+@click.option("--limit", type=int, default=None, help="Only the first N prompts of each domain.")
+@click.option("--domains", multiple=True, help="Only these domains (chat, code, math, safety-refuse, "
+              "safety-response, safety); repeat or separate with commas.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def score(model, ref_model, mode, ref_free, data, output, tokenizer, chat_template, dtype, device,
+          max_tokens_per_batch, max_batch_size, compat, label_index, trust_remote_code, limit, domains, quiet):
+    """Score a reward model or DPO model on RM-Bench and print its accuracy.
+
+    Writes results.json (the official per-sample format), summary.json and run.json (options,
+    versions, model fingerprints, token counts, throughput, truncation) into --output.
+    """
+    from .engine import ScoreOptions
+    from .engine import score as run_score
+
+    opts = ScoreOptions(model=model, ref_model=ref_model, mode=mode, ref_free=ref_free, data=data, output=output,
+                        tokenizer=tokenizer, chat_template=chat_template, dtype=dtype, device=device,
+                        max_tokens_per_batch=max_tokens_per_batch, max_batch_size=max_batch_size, compat=compat,
+                        label_index=label_index, trust_remote_code=trust_remote_code, limit=limit,
+                        domains=tuple(domains), progress=not quiet)
+    result = run_score(opts)
+    _print_run(result.run, result.summary, output)
+
+
+@main.command()
+@click.option("--output", "-o", default="rmbench-demo", show_default=True, help="Folder for the demo's runs.")
+@click.option("--cache-dir", default=None, help="Where the demo models are built once "
+              "[default: $RMBENCH_CACHE or ~/.cache/rmbench-fast].")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def demo(output, cache_dir, quiet):
+    """Score the bundled sample with tiny random-weight models, offline.
+
+    Builds (once, cached) a small reward model and a DPO policy/reference pair with random
+    weights, scores the 12-prompt sample that ships with the package in RM mode and DPO mode, and
+    prints the accuracy tables and throughput. Random weights score near chance (50%).
+    """
+    from .demo import run_demo
+
+    run_demo(output, cache_dir, progress=not quiet, echo=click.echo, print_run=_print_run)
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

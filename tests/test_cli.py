@@ -16,7 +16,7 @@ def run(*args):
 
 
 def test_help_everywhere():
-    for cmd in ([], ["accuracy"], ["data"], ["data", "stats"], ["data", "validate"]):
+    for cmd in ([], ["accuracy"], ["data"], ["data", "stats"], ["data", "validate"], ["score"], ["demo"]):
         r = run(*cmd, "--help")
         assert r.exit_code == 0 and "Usage" in r.output
 
@@ -88,3 +88,41 @@ def test_validate_bad_file_real_process(tmp_path):
     assert len(lines) == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     assert str(p) in lines[0] and "item 1" in lines[0] and "chosen[2]" in lines[0]
+
+
+def test_score_writes_official_format(tmp_path):
+    from rmbench_fast.tiny import build_model, llama_config, save_model, train_tokenizer
+
+    data = tmp_path / "chat_filtered.json"
+    data.write_text(json.dumps([make_item(i) for i in range(5)]))
+    tok = train_tokenizer(["What is 2 + 2? The answer is 4."] * 3, vocab_size=280)
+    model = save_model(build_model("rm", llama_config(len(tok), hidden=16, layers=1, heads=2), seed=0), tok,
+                       tmp_path / "rm")
+    out = tmp_path / "run"
+    r = run("score", "--model", model, "--data", data, "--output", out, "--quiet")
+    assert r.exit_code == 0, r.output
+    assert "overall" in r.output and "tokens/s" in r.output
+    results = json.loads((out / "results.json").read_text())
+    assert len(results) == 5 and results[0]["domain"] == "chat" and len(results[0]["score_chosen"]) == 3
+    assert results[3]["id"] == 3 and results[3]["prompt"] == make_item(3)["prompt"]
+    summary = json.loads((out / "summary.json").read_text())
+    run_info = json.loads((out / "run.json").read_text())
+    assert run_info["n_sequences"] == 30 and run_info["mode"] == "rm" and run_info["truncated"]["sequences"] == 0
+    assert run_info["real_tokens"] <= run_info["padded_tokens"]
+    again = json.loads(run("accuracy", out, "--json").output)
+    assert again["overall"] == summary["overall"]
+
+
+def test_score_bad_options_one_line(tmp_path):
+    r = run("score", "--model", tmp_path / "missing-model", "--data", "rmbench_fast/demo_data/rmbench_demo.json")
+    assert r.exit_code == 2
+    assert "missing-model: no such folder" in r.output
+
+
+def test_demo(tmp_path):
+    r = run("demo", "--output", tmp_path / "demo", "--cache-dir", tmp_path / "cache", "--quiet")
+    assert r.exit_code == 0, r.output
+    assert "RM mode" in r.output and "DPO mode" in r.output and "random weights" in r.output
+    for mode in ("rm", "dpo"):
+        assert (tmp_path / "demo" / mode / "summary.json").is_file()
+    assert (tmp_path / "cache" / "demo-models-v1" / "COMPLETE").is_file()

@@ -1,0 +1,1 @@
+"""Scorers: sequence-classifier reward models (rm) and DPO implicit rewards (dpo)."""

@@ -1,0 +1,69 @@
+"""Length-bucketed dynamic batching.
+
+All sequences of a run (every prompt, style, chosen and rejected, every domain) are sorted by
+length, longest first, and cut into batches whose padded size (rows x longest row) stays within
+a token budget. Longest batches come first, so an out-of-memory shows up at once. Scores go back
+to the original order through each batch's indices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class Batch:
+    indices: np.ndarray  # positions in the run's sequence list
+    max_len: int
+
+    @property
+    def padded_tokens(self) -> int:
+        return len(self.indices) * self.max_len
+
+
+def make_batches(lengths, max_tokens_per_batch: int, max_batch_size: int | None = None,
+                 max_padding: float = 0.03) -> list[Batch]:
+    """Greedy cut of the length-sorted sequences. A batch takes rows while rows x longest row stays
+    within `max_tokens_per_batch` (a single longer sequence forms a batch of its own), rows stay
+    within `max_batch_size`, and every row is at least (1 - max_padding) x the longest, so padded
+    tokens never exceed real tokens by more than 1 / (1 - max_padding)."""
+    if max_tokens_per_batch < 1:
+        raise ValueError("max_tokens_per_batch must be positive")
+    lengths = np.asarray(lengths, dtype=np.int64)
+    order = np.argsort(-lengths, kind="stable")  # longest first; ties keep input order
+    sorted_len = lengths[order]
+    batches, start = [], 0
+    n = len(order)
+    while start < n:
+        longest = int(sorted_len[start])
+        rows = max(1, max_tokens_per_batch // max(longest, 1))
+        if max_batch_size is not None:
+            rows = min(rows, max_batch_size)
+        stop = min(n, start + rows)
+        # rows must not fall below (1 - max_padding) x longest: sorted_len is non-increasing
+        floor = longest * (1.0 - max_padding)
+        stop = start + max(1, int(np.searchsorted(-sorted_len[start:stop], -floor, side="right")))
+        batches.append(Batch(order[start:stop], longest))
+        start = stop
+    return batches
+
+
+def pad_batch(seqs: list[list[int]], batch: Batch, pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded input ids and attention mask for one batch."""
+    ids = torch.full((len(batch.indices), batch.max_len), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(batch.indices), batch.max_len), dtype=torch.long)
+    for row, i in enumerate(batch.indices):
+        s = seqs[i]
+        ids[row, :len(s)] = torch.as_tensor(s, dtype=torch.long)
+        mask[row, :len(s)] = 1
+    return ids.to(device), mask.to(device)
+
+
+def token_counts(lengths, batches: list[Batch]) -> dict:
+    real = int(np.sum(lengths))
+    padded = int(sum(b.padded_tokens for b in batches))
+    return {"real_tokens": real, "padded_tokens": padded, "padding_ratio": padded / real if real else 1.0,
+            "n_batches": len(batches)}

@@ -1,0 +1,114 @@
+"""Loading tokenizers and models, deciding the mode, and fingerprinting model files."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+
+from .errors import UsageError
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+
+
+def resolve_device(device: str | None) -> torch.device:
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError as e:
+        raise UsageError(f"--device {device}: not a device ({e})") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {device}: CUDA is not available on this machine")
+    return dev
+
+
+def resolve_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
+    if dtype is None:
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype not in DTYPES:
+        raise UsageError(f"--dtype {dtype}: expected one of {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def check_model_path(path: str, what: str = "model") -> None:
+    """A path that can only be local (absolute, relative with ./ or ~, or deeper than owner/name)
+    must exist: say so plainly rather than as a failed hub look-up."""
+    local = Path(path).expanduser()
+    if local.exists():
+        return
+    if path.startswith(("/", ".", "~")) or path.count("/") != 1:
+        raise UsageError(f"{what} {path}: no such folder (and not a hub id of the form owner/name)")
+
+
+def load_config(path: str, trust_remote_code: bool):
+    from transformers import AutoConfig
+
+    check_model_path(path)
+    local = Path(path)
+    if local.exists() and not (local / "config.json").is_file():
+        raise UsageError(f"model {path}: folder has no config.json")
+    try:
+        return AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except OSError as e:
+        raise UsageError(f"model {path}: cannot load its config ({' '.join(str(e).split())[:300]})") from None
+    except ValueError as e:
+        raise UsageError(f"model {path}: {' '.join(str(e).split())[:300]}") from None
+
+
+def detect_mode(config) -> str:
+    """rm for *ForSequenceClassification, dpo for causal LMs."""
+    archs = getattr(config, "architectures", None) or []
+    if any(a.endswith("ForSequenceClassification") for a in archs):
+        return "rm"
+    if any(a.endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")) for a in archs):
+        return "dpo"
+    raise UsageError(f"cannot tell the mode from the model's architectures {archs}: pass --mode rm or --mode dpo")
+
+
+def load_tokenizer(path: str, trust_remote_code: bool):
+    from transformers import AutoTokenizer
+
+    check_model_path(path, "tokenizer")
+    try:
+        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, TypeError) as e:
+        raise UsageError(f"tokenizer {path}: cannot load it ({' '.join(str(e).split())[:300]})") from None
+    if tok.eos_token_id is None and tok.pad_token_id is None:
+        raise UsageError(f"tokenizer {path}: has neither an EOS nor a pad token")
+    return tok
+
+
+def load_model(path: str, mode: str, dtype: torch.dtype, device: torch.device, trust_remote_code: bool):
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # our own progress bar reports the work
+    cls = AutoModelForSequenceClassification if mode == "rm" else AutoModelForCausalLM
+    try:
+        model = cls.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
+    except TypeError:  # transformers < 4.56 names it torch_dtype
+        model = cls.from_pretrained(path, torch_dtype=dtype, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"model {path}: cannot load it as {'a sequence classifier' if mode == 'rm' else 'a causal LM'}"
+                         f" ({' '.join(str(e).split())[:300]})") from None
+    return model.to(device).eval().requires_grad_(False)
+
+
+def fingerprint(path: str) -> dict:
+    """What identifies the model's files: config content and the weight files' names and sizes."""
+    local = Path(path)
+    if not local.is_dir():
+        return {"path": path, "kind": "hub"}
+    h = hashlib.sha256()
+    cfg = local / "config.json"
+    if cfg.is_file():
+        h.update(json.dumps(json.loads(cfg.read_text()), sort_keys=True).encode())
+    files = sorted(p for p in local.iterdir() if p.name.endswith(WEIGHT_SUFFIXES))
+    for p in files:
+        h.update(f"{p.name}:{p.stat().st_size}".encode())
+    return {"path": str(local.resolve()), "sha256": h.hexdigest(), "weights": [p.name for p in files]}

@@ -1,0 +1,87 @@
+"""DPO implicit rewards: per-sequence sums of response-token log-probs.
+
+The base model runs once per batch for hidden states; the LM head is applied only to the
+positions that predict response tokens, through the log-prob seam (`rmbench_fast.logprobs`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..batching import Batch, pad_batch
+from ..logprobs import LMHead, segment_stats, token_logprobs
+
+
+def lm_head_of(model) -> LMHead | None:
+    """The model's LM head as an LMHead, or None when it is not one the seam can express (then
+    the plain path runs the whole model for logits)."""
+    head = model.get_output_embeddings()
+    if not isinstance(head, torch.nn.Linear):
+        return None
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    scale = getattr(cfg, "logit_scale", None)
+    softcap = getattr(cfg, "final_logit_softcapping", None)
+    if getattr(model, "base_model", None) is None or model.base_model is model:
+        return None
+    return LMHead(head.weight, head.bias, float(scale) if scale is not None else None,
+                  float(softcap) if softcap is not None else None)
+
+
+def _label_positions(seqs, starts, batch: Batch, device):
+    """(rows, positions, targets, segment) of every scored token of the batch: position t predicts
+    ids[t + 1], for the tokens ids[start:]."""
+    rows, pos, seg = [], [], []
+    for row, i in enumerate(batch.indices):
+        n, s = len(seqs[i]), starts[i]
+        if n - s <= 0:
+            continue
+        rows.append(np.full(n - s, row))
+        pos.append(np.arange(s - 1, n - 1))
+        seg.append(np.full(n - s, row))
+    rows = torch.as_tensor(np.concatenate(rows), device=device)
+    pos = torch.as_tensor(np.concatenate(pos), device=device)
+    return rows, pos, torch.as_tensor(np.concatenate(seg), device=device)
+
+
+@torch.inference_mode()
+def sequence_logprob_stats(model, seqs, starts, batches: list[Batch], pad_id: int, device, on_batch=None,
+                           logprob_fn=token_logprobs):
+    """Per sequence: sum, count and sum of squares of its scored tokens' log-probs (float64
+    arrays, original order)."""
+    n = len(seqs)
+    total, count, sumsq = np.zeros(n), np.zeros(n), np.zeros(n)
+    head = lm_head_of(model)
+    for batch in batches:
+        ids, mask = pad_batch(seqs, batch, pad_id, device)
+        rows, pos, seg = _label_positions(seqs, starts, batch, device)
+        targets = ids[rows, pos + 1]
+        if head is not None:
+            hidden = model.base_model(input_ids=ids, attention_mask=mask, use_cache=False)[0]
+            logps = logprob_fn(hidden[rows, pos], head, targets)
+        else:  # plain path: the model's own logits at the label positions
+            logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
+            picked = logits[rows, pos].float()
+            logps = picked.gather(1, targets[:, None]).squeeze(1) - torch.logsumexp(picked, dim=-1)
+        s, c, q = segment_stats(logps, seg, len(batch.indices))
+        total[batch.indices], count[batch.indices], sumsq[batch.indices] = (
+            s.cpu().numpy(), c.cpu().numpy(), q.cpu().numpy())
+        if on_batch is not None:
+            on_batch(batch)
+    return total, count, sumsq
+
+
+def dpo_rewards(policy_stats, ref_stats=None, ref_free: str = "avg") -> np.ndarray:
+    """With a reference: sum log p_policy - sum log p_ref. Without: sum, avg (per token) or norm
+    (minus the L2 norm of the token log-probs), as rewardbench's DPOInference."""
+    total, count, sumsq = policy_stats
+    if ref_stats is not None:
+        return total - ref_stats[0]
+    if ref_free == "sum":
+        return total.copy()
+    if ref_free == "avg":
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return total / count
+    if ref_free == "norm":
+        return -np.sqrt(sumsq)
+    raise ValueError(f"unknown reference-free reward {ref_free!r}")

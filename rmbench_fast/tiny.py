@@ -1,0 +1,82 @@
+"""Tiny random-weight models and tokenizers, built offline: for the demo, tests and benchmarks.
+
+The tokenizer is a byte-level BPE trained on the fly with `tokenizers` (every byte encodes, so
+any text works); models are Llama-style with random weights.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+# A minimal chat template (Jinja, as in tokenizer_config.json) for tokenizers that carry one.
+CHAT_TEMPLATE = ("{% for m in messages %}{{ '<|' + m['role'] + '|>\n' + m['content'] + eos_token + '\n' }}"
+                 "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}")
+
+
+def train_tokenizer(texts, vocab_size: int = 512, chat_template: str | None = None,
+                    tokenizer_class: str = "PreTrainedTokenizerFast", pad: bool = False):
+    """A byte-level BPE tokenizer with <s> (BOS, prepended by the post-processor) and </s> (EOS);
+    a pad token only when `pad`. `tokenizer_class` is what tokenizer_config.json will name."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<s>", "</s>"] + (["<pad>"] if pad else [])
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(list(texts), trainer)
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
+                                                       special_tokens=[("<s>", tok.token_to_id("<s>"))])
+    out = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
+                                  pad_token="<pad>" if pad else None)
+    if chat_template is not None:
+        out.chat_template = chat_template
+    out._rmbench_class = tokenizer_class
+    return out
+
+
+def save_tokenizer(tokenizer, dest) -> None:
+    """Save, naming a class that both transformers 4.x and 5.x can load."""
+    dest = Path(dest)
+    tokenizer.save_pretrained(dest)
+    cfg_path = dest / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["tokenizer_class"] = getattr(tokenizer, "_rmbench_class", "PreTrainedTokenizerFast")
+    cfg_path.write_text(json.dumps(cfg, indent=2))
+
+
+def llama_config(vocab_size: int, hidden: int = 64, layers: int = 2, heads: int = 4, kv_heads: int | None = None,
+                 intermediate: int | None = None, max_positions: int = 4096, **extra):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers,
+                       num_attention_heads=heads, num_key_value_heads=kv_heads or heads,
+                       intermediate_size=intermediate or 4 * hidden, max_position_embeddings=max_positions,
+                       bos_token_id=0, eos_token_id=1, tie_word_embeddings=False, **extra)
+
+
+def build_model(kind: str, config, seed: int):
+    """kind "rm": LlamaForSequenceClassification with one label; "lm": LlamaForCausalLM."""
+    from transformers import LlamaForCausalLM, LlamaForSequenceClassification
+
+    torch.manual_seed(seed)
+    if kind == "rm":
+        config.num_labels = 1
+        model = LlamaForSequenceClassification(config)
+        # a visible head: default init gives logits too small to tell apart
+        torch.nn.init.normal_(model.score.weight, std=1.0)
+    else:
+        model = LlamaForCausalLM(config)
+    return model.eval()
+
+
+def save_model(model, tokenizer, dest) -> Path:
+    dest = Path(dest)
+    model.save_pretrained(dest)
+    save_tokenizer(tokenizer, dest)
+    return dest

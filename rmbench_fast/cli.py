@@ -144,13 +144,17 @@ def _print_run(run, summary, out_dir):
               help="Reproduce the official pipeline's truncation (RM: left, 2048 tokens; DPO: prompt "
                    "to its last 128 tokens, responses to 1920) and its top-label RM score.")
 @click.option("--label-index", type=int, default=None, help="Logit column of a multi-label reward head.")
+@click.option("--logprob-impl", type=click.Choice(["auto", "triton", "torch", "plain"]), default="auto",
+              show_default=True, help="DPO log-prob path: the fused Triton kernel (GPU), its chunked torch "
+              "twin (CPU), or plain (the model's full logits). auto: triton on CUDA, torch otherwise.")
 @click.option("--trust-remote-code", is_flag=True, help="Allow code shipped with the model to run (off by default).")
 @click.option("--limit", type=int, default=None, help="Only the first N prompts of each domain.")
 @click.option("--domains", multiple=True, help="Only these domains (chat, code, math, safety-refuse, "
               "safety-response, safety); repeat or separate with commas.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def score(model, ref_model, mode, ref_free, data, output, tokenizer, chat_template, dtype, device,
-          max_tokens_per_batch, max_batch_size, compat, label_index, trust_remote_code, limit, domains, quiet):
+          max_tokens_per_batch, max_batch_size, compat, label_index, logprob_impl, trust_remote_code, limit, domains,
+          quiet):
     """Score a reward model or DPO model on RM-Bench and print its accuracy.
 
     Writes results.json (the official per-sample format), summary.json and run.json (options,
@@ -162,7 +166,7 @@ def score(model, ref_model, mode, ref_free, data, output, tokenizer, chat_templa
     opts = ScoreOptions(model=model, ref_model=ref_model, mode=mode, ref_free=ref_free, data=data, output=output,
                         tokenizer=tokenizer, chat_template=chat_template, dtype=dtype, device=device,
                         max_tokens_per_batch=max_tokens_per_batch, max_batch_size=max_batch_size, compat=compat,
-                        label_index=label_index, trust_remote_code=trust_remote_code, limit=limit,
+                        label_index=label_index, logprob_impl=logprob_impl, trust_remote_code=trust_remote_code, limit=limit,
                         domains=tuple(domains), progress=not quiet)
     result = run_score(opts)
     _print_run(result.run, result.summary, output)

@@ -20,7 +20,7 @@ from .metrics import summarize
 from .models import (detect_mode, fingerprint, load_config, load_model, load_tokenizer, resolve_device,
                      resolve_dtype)
 from .results import atomic_write_json, write_results
-from .scorers.dpo import dpo_rewards, sequence_logprob_stats
+from .scorers.dpo import LOGPROB_IMPLS, dpo_rewards, sequence_logprob_stats
 from .scorers.rm import pick_label, score_rm
 from .templates import ChatFormat
 from .tokenize import OFFICIAL_MAX_LENGTH, Encoded, encode_dpo, encode_rm, rm_appends_eos
@@ -48,6 +48,7 @@ class ScoreOptions:
     limit: int | None = None
     domains: tuple = ()
     label_index: int | None = None
+    logprob_impl: str = "auto"  # auto | triton | torch | plain (DPO log-prob path)
     progress: bool = True
 
 
@@ -74,6 +75,8 @@ def _check_options(o: ScoreOptions):
         raise UsageError("--ref-free and --ref-model exclude each other: the reference-free rewards use no reference")
     if o.compat not in (None, "official"):
         raise UsageError(f"--compat {o.compat}: the only compatibility mode is 'official'")
+    if o.logprob_impl not in LOGPROB_IMPLS:
+        raise UsageError(f"--logprob-impl {o.logprob_impl}: expected one of {', '.join(LOGPROB_IMPLS)}")
     if o.max_tokens_per_batch < 1:
         raise UsageError("--max-tokens-per-batch must be at least 1")
     if o.max_batch_size is not None and o.max_batch_size < 1:
@@ -170,7 +173,7 @@ def score(o: ScoreOptions) -> ScoreRun:
         else:
             pad_id = tokenizer.eos_token_id  # the official DPO flow pads with EOS
             starts = [e.start for e in seqs]
-            policy = sequence_logprob_stats(model, ids, starts, batches, pad_id, device, progress)
+            policy = sequence_logprob_stats(model, ids, starts, batches, pad_id, device, progress, o.logprob_impl)
             ref = None
             if o.ref_model:
                 del model
@@ -181,7 +184,7 @@ def score(o: ScoreOptions) -> ScoreRun:
                                      f"{ref_config.vocab_size}): they must share one tokenizer")
                 model = load_model(o.ref_model, mode, dtype, device, o.trust_remote_code)
                 models_info["ref_model"] = {**fingerprint(o.ref_model), "class": type(model).__name__}
-                ref = sequence_logprob_stats(model, ids, starts, batches, pad_id, device, progress)
+                ref = sequence_logprob_stats(model, ids, starts, batches, pad_id, device, progress, o.logprob_impl)
             scores = dpo_rewards(policy, ref, ref_free or "avg")
         del model
     finally:
@@ -202,6 +205,7 @@ def score(o: ScoreOptions) -> ScoreRun:
         "compat": o.compat,
         "chat_template": fmt.name,
         "device": str(device),
+        "logprob_impl": _logprob_impl_used(o.logprob_impl, device) if mode == "dpo" else None,
         "dtype": str(dtype).replace("torch.", ""),
         "models": models_info,
         "versions": _versions(),
@@ -226,6 +230,12 @@ def score(o: ScoreOptions) -> ScoreRun:
         write_results(out, samples, chosen, rejected, summary)
         atomic_write_json(out / "run.json", run)
     return result
+
+
+def _logprob_impl_used(impl: str, device) -> str:
+    from .kernels import resolve_impl
+
+    return impl if impl == "plain" else resolve_impl(impl, device)
 
 
 def _versions() -> dict:

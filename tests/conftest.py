@@ -8,6 +8,8 @@ import pytest
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# No GPU in CI: Triton kernels run in the interpreter (must be set before triton.jit decorates them).
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 SHARED = Path(os.environ.get("RMBENCH_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "rm-bench"))
 

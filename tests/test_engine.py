@@ -268,3 +268,21 @@ def test_option_conflicts(models, data_path):
         score(ScoreOptions(model=m["policy"], ref_model=m["ref"], ref_free="avg", data=data_path))
     with pytest.raises(UsageError, match="sequence classifier"):
         score(ScoreOptions(model=m["rm"], ref_model=m["ref"], data=data_path))
+
+
+@pytest.mark.parametrize("impl", ["triton", "torch"])
+def test_dpo_fused_op_equals_plain_path(models, impl, tmp_path):
+    """The fused op (Triton in interpreter mode on CPU, or its torch twin) against the model's own
+    full logits: fp32, 1e-5 per scored token. Short samples: the interpreter is slow."""
+    m = models["tmpl"]
+    data = tmp_path / "short.json"
+    data.write_text(json.dumps([make_item(1, "chat"), make_item(2, "math"), make_item(3, "safety-refuse")]))
+    kw = dict(model=m["policy"], ref_model=m["ref"], data=str(data), progress=False)
+    plain = score(ScoreOptions(logprob_impl="plain", **kw))
+    fused = score(ScoreOptions(logprob_impl=impl, **kw))
+    assert fused.run["logprob_impl"] == impl
+    tok = AutoTokenizer.from_pretrained(m["policy"])
+    seqs = build_sequences(plain.samples, tok, ChatFormat(tok), "dpo", False)
+    n_tok = np.array([len(e.ids) - e.start for e in seqs]).reshape(-1, 3, 2)
+    assert np.all(np.abs(fused.chosen - plain.chosen) <= 1e-5 * n_tok[:, :, 0])
+    assert np.all(np.abs(fused.rejected - plain.rejected) <= 1e-5 * n_tok[:, :, 1])

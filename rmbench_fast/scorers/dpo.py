@@ -6,11 +6,17 @@ positions that predict response tokens, through the log-prob seam (`rmbench_fast
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import torch
 
 from ..batching import Batch, pad_batch
+from ..kernels import logits_logprobs
 from ..logprobs import LMHead, segment_stats, token_logprobs
+
+log = logging.getLogger("rmbench_fast")
+LOGPROB_IMPLS = ("auto", "triton", "torch", "plain")
 
 
 def lm_head_of(model) -> LMHead | None:
@@ -46,23 +52,29 @@ def _label_positions(seqs, starts, batch: Batch, device):
 
 @torch.inference_mode()
 def sequence_logprob_stats(model, seqs, starts, batches: list[Batch], pad_id: int, device, on_batch=None,
-                           logprob_fn=token_logprobs):
+                           impl: str = "auto"):
     """Per sequence: sum, count and sum of squares of its scored tokens' log-probs (float64
-    arrays, original order)."""
+    arrays, original order).
+
+    impl: "auto" / "triton" / "torch" pick the fused op's implementation (rmbench_fast.kernels);
+    "plain" runs the whole model for logits and reduces them at the label positions (also the
+    fallback for heads the fused op cannot express)."""
     n = len(seqs)
     total, count, sumsq = np.zeros(n), np.zeros(n), np.zeros(n)
-    head = lm_head_of(model)
+    head = lm_head_of(model) if impl != "plain" else None
+    if head is None and impl != "plain":
+        log.warning("the LM head of %s is not a plain linear layer the fused log-prob op can express: "
+                    "using the model's own logits", type(model).__name__)
     for batch in batches:
         ids, mask = pad_batch(seqs, batch, pad_id, device)
         rows, pos, seg = _label_positions(seqs, starts, batch, device)
         targets = ids[rows, pos + 1]
         if head is not None:
             hidden = model.base_model(input_ids=ids, attention_mask=mask, use_cache=False)[0]
-            logps = logprob_fn(hidden[rows, pos], head, targets)
-        else:  # plain path: the model's own logits at the label positions
+            logps = token_logprobs(hidden[rows, pos], head, targets, impl)
+        else:  # the model's own logits, reduced at the label positions only
             logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
-            picked = logits[rows, pos].float()
-            logps = picked.gather(1, targets[:, None]).squeeze(1) - torch.logsumexp(picked, dim=-1)
+            logps = logits_logprobs(logits[rows, pos], targets, "torch" if impl == "plain" else impl)
         s, c, q = segment_stats(logps, seg, len(batch.indices))
         total[batch.indices], count[batch.indices], sumsq[batch.indices] = (
             s.cpu().numpy(), c.cpu().numpy(), q.cpu().numpy())

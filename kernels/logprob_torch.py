@@ -18,30 +18,33 @@ def _epilogue(logits, bias, scale, softcap):
 
 
 def chunked_linear_logprobs(h, weight, targets, bias=None, scale=None, softcap=None,
-                            row_chunk: int = 256, vocab_chunk: int = 2048) -> torch.Tensor:
+                            row_chunk: int = 1024, vocab_chunk: int = 1024) -> torch.Tensor:
     """log_softmax(head(h))[target] per row, fp32, without materializing [N, V].
 
-    Half-precision inputs are upcast one chunk at a time (a bf16 x bf16 product is exact in fp32),
-    so the logits and every reduction are fp32."""
+    Each row chunk walks the vocabulary in chunks; every vocabulary chunk's log-sum-exp goes into a
+    small [rows, n_chunks] table, reduced once at the end. The target logit is the dot product of
+    the row with its target's weight row. Half-precision inputs are upcast one chunk at a time
+    (a bf16 x bf16 product is exact in fp32), so the logits and every reduction are fp32.
+    Extra memory: about 2 x row_chunk x vocab_chunk fp32 values (8 MiB by default)."""
     n, v = h.shape[0], weight.shape[0]
     out = torch.empty(n, dtype=torch.float32, device=h.device)
+    if n == 0:
+        return out
+    n_chunks = -(-v // vocab_chunk)
     buf = torch.empty(min(row_chunk, n), min(vocab_chunk, v), dtype=torch.float32, device=h.device)
+    lses = torch.empty(min(row_chunk, n), n_chunks, dtype=torch.float32, device=h.device)
     for r0 in range(0, n, row_chunk):
         hr = h[r0:r0 + row_chunk].float()
         r = hr.shape[0]
-        tr = targets[r0:r0 + r].long()
-        lse = torch.full((r,), float("-inf"), dtype=torch.float32, device=h.device)
-        picked = torch.zeros(r, dtype=torch.float32, device=h.device)
-        for v0 in range(0, v, vocab_chunk):
+        for j, v0 in enumerate(range(0, v, vocab_chunk)):
             w = weight[v0:v0 + vocab_chunk].float()
             logits = torch.mm(hr, w.T, out=buf[:r, :w.shape[0]])
             logits = _epilogue(logits, None if bias is None else bias[v0:v0 + w.shape[0]], scale, softcap)
-            lse = torch.logaddexp(lse, torch.logsumexp(logits, dim=1))
-            inside = (tr >= v0) & (tr < v0 + w.shape[0])
-            if inside.any():
-                local = (tr - v0).clamp(0, w.shape[0] - 1)
-                picked += torch.where(inside, logits.gather(1, local[:, None]).squeeze(1), 0.0)
-        out[r0:r0 + r] = picked - lse
+            torch.logsumexp(logits, dim=1, out=lses[:r, j])
+        tr = targets[r0:r0 + r].long()
+        picked = (hr * weight[tr].float()).sum(1, keepdim=True)
+        picked = _epilogue(picked, None if bias is None else bias[tr][:, None], scale, softcap)[:, 0]
+        out[r0:r0 + r] = picked - torch.logsumexp(lses[:r], dim=1)
     return out
 
 

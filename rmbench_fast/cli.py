@@ -189,5 +189,33 @@ def demo(output, cache_dir, quiet):
     run_demo(output, cache_dir, progress=not quiet, echo=click.echo, print_run=_print_run)
 
 
+@main.command()
+@click.option("--data", default="../shared/rm-bench", show_default=True, help="RM-Bench folder both flows read.")
+@click.option("--limit", type=int, default=8, show_default=True, help="Prompts per domain.")
+@click.option("--rounds", type=int, default=3, show_default=True, help="Alternating rounds; medians are reported.")
+@click.option("--modes", multiple=True, type=click.Choice(["rm", "dpo", "dpo-ref-free"]),
+              default=("rm", "dpo", "dpo-ref-free"), show_default=True)
+@click.option("--out", default=None, help="JSON file [default: benchmarks/results/throughput-cpu.json].")
+@click.option("--model-dir", default=None, help="Where the random-weight models are built once.")
+@click.option("--vocab", type=int, default=32000, show_default=True)
+@click.option("--hidden", type=int, default=512, show_default=True)
+@click.option("--layers", type=int, default=4, show_default=True)
+@click.option("--heads", type=int, default=8, show_default=True)
+@click.option("--peer-python", default=None, help="Python of the official flow's environment "
+              "[default: benchmarks/peer/.venv, made by benchmarks/peer/setup.sh].")
+def bench(data, limit, rounds, modes, out, model_dir, vocab, hidden, layers, heads, peer_python):
+    """Throughput against the official RM-Bench flow (allenai's rewardbench), same model and data.
+
+    Builds random-weight Llama-style models (fp32, CPU), runs rmbench-fast and the official flow
+    alternately as subprocesses for RM, DPO with a reference and DPO reference-free, and reports
+    tokens/s, speedup, peak RSS, padded/real tokens, model-FLOP efficiency and score parity.
+    Needs a source checkout (benchmarks/peer) and `bash benchmarks/peer/setup.sh` once.
+    """
+    from .bench import main as run_bench
+
+    run_bench(data, limit, rounds, list(modes), out, model_dir, vocab, hidden, layers, heads, peer_python,
+              echo=click.echo)
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -115,6 +115,7 @@ def main(argv=None):
     ap.add_argument("--methods", nargs="*", default=list(METHODS), choices=METHODS)
     ap.add_argument("--repeats", type=int, default=None, help="default: 2 on CPU, 10 on CUDA")
     ap.add_argument("--out", default=None, help="JSON file (default: benchmarks/results/logprob_op-DEVICE.json)")
+    ap.add_argument("--update", action="store_true", help="keep the rows of other shapes already in --out")
     ap.add_argument("--child", nargs=7, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -156,6 +157,11 @@ def main(argv=None):
     }
     path = Path(args.out) if args.out else RESULTS / f"logprob_op-{'cuda' if cuda else 'cpu'}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
+    if args.update and path.is_file():  # re-measured shapes replace their old rows
+        fresh = {(r["N"], r["V"], r["d"]) for r in rows}
+        old = [r for r in json.loads(path.read_text())["rows"] if (r["N"], r["V"], r["d"]) not in fresh]
+        out["rows"] = rows = sorted(old + rows, key=lambda r: (r["N"], r["V"], r["d"], METHODS.index(r["method"])))
+        shapes = sorted({(r["N"], r["V"], r["d"]) for r in rows})
     path.write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {path}")
     print(f"{'N':>6} {'V':>7} {'d':>5}  " + "  ".join(f"{m:>22}" for m in args.methods))

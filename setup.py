@@ -24,11 +24,11 @@ setup(
         "click>=8.1",
         "tqdm>=4.66",
         "jinja2>=3.1",
+        "matplotlib>=3.7",
         "triton>=3.0; platform_system == 'Linux'",
     ],
     extras_require={
         "test": ["pytest>=7", "hypothesis>=6"],
-        "plot": ["matplotlib>=3.7"],
         "ray": ["ray>=2.9"],
     },
     entry_points={"console_scripts": ["rmbench-fast = rmbench_fast.cli:main"]},

@@ -128,7 +128,7 @@ def main(data: str, limit: int, rounds: int, modes, out: str | None, model_dir: 
                 ours_out, off_out = work / f"ours-{mode}-{r}", work / f"official-{mode}-{r}.json"
                 model = paths["rm"] if mode == "rm" else paths["policy"]
                 ours_cmd = [sys.executable, "-m", "rmbench_fast.cli", "score", "--model", str(model), "--data", data,
-                            "--limit", str(limit), "--output", str(ours_out), "--compat", "official", "--quiet",
+                            "--limit", str(limit), "--output", str(ours_out), "--compat", "official", "--quiet", "--no-cache",
                             "--device", "cpu", "--dtype", "float32"]
                 off_cmd = [peer_py, str(PEER / "official_flow.py"), "--mode", "rm" if mode == "rm" else "dpo",
                            "--model", str(model), "--data", data, "--limit", str(limit), "--output", str(off_out),

@@ -112,64 +112,125 @@ def _print_run(run, summary, out_dir):
     from .metrics import format_table
 
     click.echo(format_table(summary))
+    speed = f"{run['tokens_per_s']:,.0f} tokens/s" if run["tokens_per_s"] else "all from the result store"
     click.echo(f"\n{run['n_sequences']} sequences, {run['real_tokens']:,} tokens "
-               f"(padded/real {run['padding_ratio']:.3f}), {run['passes']} model pass(es) in {run['score_s']:.1f} s: "
-               f"{run['tokens_per_s']:,.0f} tokens/s; {run['truncated']['sequences']} sequences truncated")
+               f"(padded/real {run['padding_ratio']:.3f}), {run['passes_computed']} of {run['passes']} model "
+               f"pass(es) computed in {run['score_s']:.1f} s: {speed}; "
+               f"{run['truncated']['sequences']} sequences truncated")
     if out_dir:
         click.echo(f"results: {out_dir}/results.json, {out_dir}/summary.json, {out_dir}/run.json")
 
 
+def _scoring_options(f):
+    """The data, template, batching and model options that score and sweep share."""
+    opts = [
+        click.option("--ref-model", default=None, help="DPO reference model (reward = sum log p_policy - log p_ref)."),
+        click.option("--mode", type=click.Choice(["auto", "rm", "dpo"]), default="auto", show_default=True,
+                     help="auto: *ForSequenceClassification -> rm, causal LM -> dpo."),
+        click.option("--ref-free", type=click.Choice(["sum", "avg", "norm"]), default=None,
+                     help="DPO without a reference: sum, avg (per token; the official default) or norm "
+                          "(minus the L2 norm of the token log-probs)."),
+        click.option("--data", default="THU-KEG/RM-Bench", show_default=True,
+                     help="RM-Bench data: folder, .json/.jsonl file, or hub dataset id."),
+        click.option("--tokenizer", default=None, help="Tokenizer to use instead of the model's."),
+        click.option("--chat-template", default=None,
+                     help="Built-in template name (tulu) or a Jinja file. Default: the tokenizer's own chat "
+                          "template, else tulu, as the official scripts."),
+        click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None,
+                     help="Model dtype [default: float32 on CPU, bfloat16 on GPU]."),
+        click.option("--device", default=None, help="cpu, cuda, cuda:1, ... [default: cuda when available]."),
+        click.option("--max-tokens-per-batch", type=int, default=16384, show_default=True,
+                     help="Padded tokens (rows x longest row) per batch."),
+        click.option("--max-batch-size", type=int, default=None, help="At most this many sequences per batch."),
+        click.option("--compat", type=click.Choice(["official"]), default=None,
+                     help="Reproduce the official pipeline's truncation (RM: left, 2048 tokens; DPO: prompt "
+                          "to its last 128 tokens, responses to 1920) and its top-label RM score."),
+        click.option("--label-index", type=int, default=None, help="Logit column of a multi-label reward head."),
+        click.option("--logprob-impl", type=click.Choice(["auto", "triton", "torch", "plain"]), default="auto",
+                     show_default=True, help="DPO log-prob path: the fused Triton kernel (GPU), its chunked "
+                     "torch twin (CPU), or plain (the model's full logits). auto: triton on CUDA, torch otherwise."),
+        click.option("--trust-remote-code", is_flag=True,
+                     help="Allow code shipped with the model to run (off by default)."),
+        click.option("--limit", type=int, default=None, help="Only the first N prompts of each domain."),
+        click.option("--domains", multiple=True, help="Only these domains (chat, code, math, safety-refuse, "
+                     "safety-response, safety); repeat or separate with commas."),
+        click.option("--cache-dir", default=None, help="The result store: finished work is reused and "
+                     "interrupted work resumed [default: $RMBENCH_CACHE/store, ~/.cache/rmbench-fast/store]."),
+        click.option("--no-cache", is_flag=True, help="Turn the result store off: compute everything."),
+        click.option("--quiet", "-q", is_flag=True, help="No progress bar."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def _options(model, output, kw):
+    from .engine import ScoreOptions
+
+    return ScoreOptions(
+        model=model, output=output, ref_model=kw["ref_model"], mode=kw["mode"], ref_free=kw["ref_free"],
+        data=kw["data"], tokenizer=kw["tokenizer"], chat_template=kw["chat_template"], dtype=kw["dtype"],
+        device=kw["device"], max_tokens_per_batch=kw["max_tokens_per_batch"], max_batch_size=kw["max_batch_size"],
+        compat=kw["compat"], label_index=kw["label_index"], logprob_impl=kw["logprob_impl"],
+        trust_remote_code=kw["trust_remote_code"], limit=kw["limit"], domains=tuple(kw["domains"]),
+        cache=not kw["no_cache"], cache_dir=kw["cache_dir"], progress=not kw["quiet"])
+
+
 @main.command()
 @click.option("--model", required=True, help="Reward model or DPO policy: a local folder or a hub id.")
-@click.option("--ref-model", default=None, help="DPO reference model (reward = sum log p_policy - log p_ref).")
-@click.option("--mode", type=click.Choice(["auto", "rm", "dpo"]), default="auto", show_default=True,
-              help="auto: *ForSequenceClassification -> rm, causal LM -> dpo.")
-@click.option("--ref-free", type=click.Choice(["sum", "avg", "norm"]), default=None,
-              help="DPO without a reference: sum, avg (per token; the official default) or norm "
-                   "(minus the L2 norm of the token log-probs).")
-@click.option("--data", default="THU-KEG/RM-Bench", show_default=True,
-              help="RM-Bench data: folder, .json/.jsonl file, or hub dataset id.")
 @click.option("--output", "-o", default=None, help="Folder for results.json, summary.json and run.json.")
-@click.option("--tokenizer", default=None, help="Tokenizer to use instead of the model's.")
-@click.option("--chat-template", default=None,
-              help="Built-in template name (tulu) or a Jinja file. Default: the tokenizer's own chat "
-                   "template, else tulu, as the official scripts.")
-@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None,
-              help="Model dtype [default: float32 on CPU, bfloat16 on GPU].")
-@click.option("--device", default=None, help="cpu, cuda, cuda:1, ... [default: cuda when available].")
-@click.option("--max-tokens-per-batch", type=int, default=16384, show_default=True,
-              help="Padded tokens (rows x longest row) per batch.")
-@click.option("--max-batch-size", type=int, default=None, help="At most this many sequences per batch.")
-@click.option("--compat", type=click.Choice(["official"]), default=None,
-              help="Reproduce the official pipeline's truncation (RM: left, 2048 tokens; DPO: prompt "
-                   "to its last 128 tokens, responses to 1920) and its top-label RM score.")
-@click.option("--label-index", type=int, default=None, help="Logit column of a multi-label reward head.")
-@click.option("--logprob-impl", type=click.Choice(["auto", "triton", "torch", "plain"]), default="auto",
-              show_default=True, help="DPO log-prob path: the fused Triton kernel (GPU), its chunked torch "
-              "twin (CPU), or plain (the model's full logits). auto: triton on CUDA, torch otherwise.")
-@click.option("--trust-remote-code", is_flag=True, help="Allow code shipped with the model to run (off by default).")
-@click.option("--limit", type=int, default=None, help="Only the first N prompts of each domain.")
-@click.option("--domains", multiple=True, help="Only these domains (chat, code, math, safety-refuse, "
-              "safety-response, safety); repeat or separate with commas.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def score(model, ref_model, mode, ref_free, data, output, tokenizer, chat_template, dtype, device,
-          max_tokens_per_batch, max_batch_size, compat, label_index, logprob_impl, trust_remote_code, limit, domains,
-          quiet):
+@_scoring_options
+def score(model, output, **kw):
     """Score a reward model or DPO model on RM-Bench and print its accuracy.
 
     Writes results.json (the official per-sample format), summary.json and run.json (options,
-    versions, model fingerprints, token counts, throughput, truncation) into --output.
+    versions, model fingerprints, token counts, throughput, truncation) into --output. Finished
+    model passes are kept in the result store, so the same command again recomputes nothing, and
+    an interrupted run resumes where it stopped.
     """
-    from .engine import ScoreOptions
     from .engine import score as run_score
 
-    opts = ScoreOptions(model=model, ref_model=ref_model, mode=mode, ref_free=ref_free, data=data, output=output,
-                        tokenizer=tokenizer, chat_template=chat_template, dtype=dtype, device=device,
-                        max_tokens_per_batch=max_tokens_per_batch, max_batch_size=max_batch_size, compat=compat,
-                        label_index=label_index, logprob_impl=logprob_impl, trust_remote_code=trust_remote_code, limit=limit,
-                        domains=tuple(domains), progress=not quiet)
-    result = run_score(opts)
+    result = run_score(_options(model, output, kw))
     _print_run(result.run, result.summary, output)
+
+
+@main.command()
+@click.option("--model", "models", multiple=True, help="A checkpoint (repeat for several).")
+@click.option("--checkpoints", default=None, help="A glob of checkpoint folders, e.g. 'runs/dpo/checkpoint-*'.")
+@click.option("--output", "-o", required=True, help="Folder for the sweep: one sub-folder per checkpoint, "
+              "sweep.csv, sweep.json, sweep.png, report.md.")
+@click.option("--no-plots", is_flag=True, help="Skip the pictures and report at the end.")
+@_scoring_options
+def sweep(models, checkpoints, output, no_plots, **kw):
+    """Score every checkpoint of a training run, ordered by step.
+
+    The step of a checkpoint is trainer_state.json's global_step, else the number ending its folder
+    name. The reference model's log-probs and the tokenization are computed once and reused by
+    every checkpoint (and by later runs, through the result store): K DPO checkpoints cost K + 1
+    model passes. sweep.csv / sweep.json are updated after every checkpoint; a rerun of the same
+    command after a crash recomputes nothing that finished, and a checkpoint whose files changed
+    is scored again.
+    """
+    from .sweep import find_checkpoints, run_sweep
+
+    found = find_checkpoints(models, checkpoints)
+    result = run_sweep(_options(None, None, kw), found, output, plots=not no_plots, echo=click.echo)
+    from .plots import _table
+
+    click.echo("\n" + _table(result["checkpoints"]))
+    click.echo(f"\n{result['model_passes_computed']} model passes computed, {result['model_passes_cached']} from "
+               f"the result store; tables in {output}/sweep.csv and {output}/sweep.json")
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path())
+def plot(run_dir):
+    """Draw a run's accuracy matrices (heatmaps per domain) and, for a sweep, accuracy against step;
+    write report.md (table and pictures, ready for a model card or PR)."""
+    from .plots import plot_run
+
+    for path in plot_run(run_dir):
+        click.echo(f"wrote {path}")
 
 
 @main.command()

@@ -16,14 +16,16 @@ from . import __version__
 from .batching import make_batches, token_counts
 from .data import HUB_DEFAULT, STYLES, Sample, load_dataset
 from .errors import UsageError
+from .fingerprints import (data_fingerprint, default_cache_root, model_fingerprint, sha256_text,
+                           tokenizer_fingerprint)
 from .metrics import summarize
-from .models import (detect_mode, fingerprint, load_config, load_model, load_tokenizer, resolve_device,
-                     resolve_dtype)
+from .models import detect_mode, load_config, load_model, load_tokenizer, resolve_device, resolve_dtype
 from .results import atomic_write_json, write_results
 from .scorers.dpo import LOGPROB_IMPLS, dpo_rewards, sequence_logprob_stats
 from .scorers.rm import pick_label, score_rm
+from .store import Store
 from .templates import ChatFormat
-from .tokenize import OFFICIAL_MAX_LENGTH, Encoded, encode_dpo, encode_rm, rm_appends_eos
+from .tokenize import OFFICIAL_MAX_LENGTH, Encoded, encode_dpo, encode_rm, official_tokenizer_class, rm_appends_eos
 
 REF_FREE = ("sum", "avg", "norm")
 DEFAULT_MAX_TOKENS = 16384
@@ -49,6 +51,8 @@ class ScoreOptions:
     domains: tuple = ()
     label_index: int | None = None
     logprob_impl: str = "auto"  # auto | triton | torch | plain (DPO log-prob path)
+    cache: bool = True  # the result store: reuse finished work, resume interrupted work
+    cache_dir: str | None = None  # default: $RMBENCH_CACHE/store or ~/.cache/rmbench-fast/store
     progress: bool = True
 
 
@@ -108,7 +112,7 @@ def _context_check(samples, seqs: list[Encoded], config, compat: bool):
 
 
 class _Progress:
-    def __init__(self, total: int, enabled: bool, lengths):
+    def __init__(self, total: int, enabled: bool, lengths, desc: str = "scoring"):
         self.lengths = lengths
         self.tokens = 0
         self.t0 = time.perf_counter()
@@ -116,8 +120,11 @@ class _Progress:
         if enabled:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=total, unit="seq", desc="scoring", dynamic_ncols=True, file=sys.stderr,
-                            mininterval=0.5)
+            self.bar = tqdm(total=total, unit="seq", desc=desc, dynamic_ncols=True, file=sys.stderr, mininterval=0.5)
+
+    def skip(self, n: int):
+        if self.bar is not None:
+            self.bar.update(n)
 
     def __call__(self, batch):
         self.tokens += int(self.lengths[batch.indices].sum())
@@ -130,10 +137,36 @@ class _Progress:
             self.bar.close()
 
 
-def score(o: ScoreOptions) -> ScoreRun:
-    """Score every sample of `o.data` with `o.model`; write results when `o.output` is set."""
+@dataclass
+class Prepared:
+    """Everything a model pass needs, computed once per (tokenizer, template, data, options)."""
+
+    samples: list[Sample]
+    mode: str
+    ref_free: str | None
+    config: object
+    tokenizer: object
+    fmt: ChatFormat
+    seqs: list[Encoded]
+    lengths: np.ndarray
+    batches: list
+    device: torch.device
+    dtype: torch.dtype
+    pad_id: int
+    tok_key: str | None
+    tokenize_s: float
+    tokenize_cached: bool
+
+
+def open_store(o: ScoreOptions) -> Store:
+    if not o.cache:
+        return Store(None)
+    return Store(Path(o.cache_dir) if o.cache_dir else default_cache_root() / "store")
+
+
+def prepare(o: ScoreOptions, store: Store) -> Prepared:
+    """data -> templates -> tokenize -> batch, with the tokenized inputs cached in the store."""
     _check_options(o)
-    t_start = time.perf_counter()
     compat = o.compat == "official"
     device = resolve_device(o.device)
     dtype = resolve_dtype(o.dtype, device)
@@ -145,91 +178,201 @@ def score(o: ScoreOptions) -> ScoreRun:
     if mode == "rm" and o.ref_free is not None:
         raise UsageError("--ref-free is for DPO models; the model is a sequence classifier (rm mode)")
     ref_free = None if (mode == "rm" or o.ref_model) else (o.ref_free or "avg")
-    tokenizer = load_tokenizer(o.tokenizer or o.model, o.trust_remote_code)
+    tok_path = o.tokenizer or o.model
+    tokenizer = load_tokenizer(tok_path, o.trust_remote_code)
     fmt = ChatFormat(tokenizer, o.chat_template)
 
-    t_tok = time.perf_counter()
-    seqs = build_sequences(samples, tokenizer, fmt, mode, compat, o.tokenizer or o.model)
-    tokenize_s = time.perf_counter() - t_tok
+    t0 = time.perf_counter()
+    tok_fp = tokenizer_fingerprint(tok_path, store.hashes)
+    tok_key = None if tok_fp is None else sha256_text(
+        "tokenized-v1", tok_fp, fmt.name, fmt.jinja, data_fingerprint(samples), mode, compat,
+        official_tokenizer_class(tokenizer, tok_path), fmt.tokenizer_has_template)
+    cached = store.get(tok_key) if tok_key else None
+    if cached is not None:
+        seqs = _unpack_seqs(cached)
+    else:
+        seqs = build_sequences(samples, tokenizer, fmt, mode, compat, tok_path)
+        if tok_key:
+            store.put(tok_key, _pack_seqs(seqs))
+    tokenize_s = time.perf_counter() - t0
     _context_check(samples, seqs, config, compat)
-    ids = [e.ids for e in seqs]
-    lengths = np.array([len(x) for x in ids], dtype=np.int64)
+    lengths = np.array([len(e.ids) for e in seqs], dtype=np.int64)
     batches = make_batches(lengths, o.max_tokens_per_batch, o.max_batch_size)
-    passes = 2 if o.ref_model else 1
-    progress = _Progress(passes * len(seqs), o.progress, lengths)
+    pad_id = tokenizer.eos_token_id  # the official DPO flow pads with EOS
+    if mode == "rm":
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return Prepared(samples, mode, ref_free, config, tokenizer, fmt, seqs, lengths, batches, device, dtype, pad_id,
+                    tok_key, tokenize_s, cached is not None)
 
-    t_score = time.perf_counter()
-    models_info = {}
+
+def _pack_seqs(seqs: list[Encoded]) -> dict:
+    lengths = np.array([len(e.ids) for e in seqs], dtype=np.int64)
+    return {"ids": np.array([t for e in seqs for t in e.ids], dtype=np.int64),
+            "offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+            "starts": np.array([e.start for e in seqs], dtype=np.int64),
+            "cuts": np.array([e.cut for e in seqs], dtype=np.int64)}
+
+
+def _unpack_seqs(a: dict) -> list[Encoded]:
+    ids, off = a["ids"].tolist(), a["offsets"].tolist()
+    return [Encoded(ids[off[i]:off[i + 1]], int(a["starts"][i]), int(a["cuts"][i])) for i in range(len(off) - 1)]
+
+
+@dataclass
+class PassResult:
+    arrays: dict  # rm: {"scores"}; dpo: {"total", "count", "sumsq"}
+    info: dict  # fingerprint, class, cached or computed, seconds
+
+
+def model_pass(prep: Prepared, o: ScoreOptions, model_path: str, role: str, store: Store, hooks=None,
+               flush_every_s: float = 5.0) -> PassResult:
+    """One model over every sequence, through the store: a finished pass is reused as it is, an
+    interrupted one resumes from its partial entry, and progress is saved every `flush_every_s`
+    seconds and when the pass fails. hooks(role, batch) runs after each batch (tests count forward
+    calls and inject failures with it)."""
+    t0 = time.perf_counter()
+    fp = model_fingerprint(model_path, store.hashes)
+    store.hashes.save()
+    impl = _logprob_impl_used(o.logprob_impl, prep.device) if prep.mode == "dpo" else None
+    label = pick_label(prep.config.num_labels, o.label_index, o.compat == "official") if prep.mode == "rm" else None
+    key = None
+    if fp["sha256"] and prep.tok_key:
+        key = sha256_text("pass-v1", fp["sha256"], prep.tok_key, str(prep.dtype), prep.device.type, prep.mode, label,
+                          impl, o.max_tokens_per_batch, o.max_batch_size)
+    info = {**fp, "role": role, "key": key}
+    done_arrays = store.get(key) if key else None
+    if done_arrays is not None:
+        return PassResult(done_arrays, {**info, "cached": True, "seconds": time.perf_counter() - t0})
+
+    n = len(prep.seqs)
+    names = ("scores",) if prep.mode == "rm" else ("total", "count", "sumsq")
+    partial = store.get_partial(key) if key else None
+    if partial is not None:
+        arrays, done = {k: partial[k] for k in names}, partial["done"].astype(bool)
+    else:
+        arrays, done = {k: np.zeros(n) for k in names}, np.zeros(n, dtype=bool)
+    todo = [b for b in prep.batches if not done[b.indices].all()]
+    progress = _Progress(n, o.progress, prep.lengths, desc=role)
+    progress.skip(int(done.sum()))
+    last_flush = time.perf_counter()
+
+    def flush():
+        if key:
+            store.put_partial(key, {**arrays, "done": done})
+
+    def on_batch(batch):
+        nonlocal last_flush
+        done[batch.indices] = True
+        progress(batch)
+        if hooks is not None:
+            hooks(role, batch)
+        if key and time.perf_counter() - last_flush > flush_every_s:
+            flush()
+            last_flush = time.perf_counter()
+
+    resumed = int(done.sum())
+    model = None
     try:
-        model = load_model(o.model, mode, dtype, device, o.trust_remote_code)
-        models_info["model"] = {**fingerprint(o.model), "class": type(model).__name__,
-                                "parameters": sum(p.numel() for p in model.parameters())}
-        if mode == "rm":
-            pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-            if model.config.pad_token_id is None:  # as the official script: pool at the last non-pad token
-                model.config.pad_token_id = pad_id
-            label = pick_label(model.config.num_labels, o.label_index, compat)
-            scores = score_rm(model, ids, batches, pad_id, device, label, progress)
-        else:
-            pad_id = tokenizer.eos_token_id  # the official DPO flow pads with EOS
-            starts = [e.start for e in seqs]
-            policy = sequence_logprob_stats(model, ids, starts, batches, pad_id, device, progress, o.logprob_impl)
-            ref = None
-            if o.ref_model:
-                del model
-                gc.collect()
-                ref_config = load_config(o.ref_model, o.trust_remote_code)
-                if getattr(ref_config, "vocab_size", None) != getattr(config, "vocab_size", None):
-                    raise UsageError(f"policy and reference vocabularies differ ({config.vocab_size} vs "
-                                     f"{ref_config.vocab_size}): they must share one tokenizer")
-                model = load_model(o.ref_model, mode, dtype, device, o.trust_remote_code)
-                models_info["ref_model"] = {**fingerprint(o.ref_model), "class": type(model).__name__}
-                ref = sequence_logprob_stats(model, ids, starts, batches, pad_id, device, progress, o.logprob_impl)
-            scores = dpo_rewards(policy, ref, ref_free or "avg")
-        del model
+        if todo:
+            model = load_model(model_path, prep.mode, prep.dtype, prep.device, o.trust_remote_code)
+            info.update({"class": type(model).__name__, "parameters": sum(p.numel() for p in model.parameters())})
+            if prep.mode == "rm":
+                if model.config.pad_token_id is None:  # as the official script: pool at the last non-pad token
+                    model.config.pad_token_id = prep.pad_id
+                score_rm(model, [e.ids for e in prep.seqs], todo, prep.pad_id, prep.device, label, arrays["scores"],
+                         on_batch)
+            else:
+                sequence_logprob_stats(model, [e.ids for e in prep.seqs], [e.start for e in prep.seqs], todo,
+                                       prep.pad_id, prep.device, (arrays["total"], arrays["count"], arrays["sumsq"]),
+                                       on_batch, o.logprob_impl)
+    except BaseException:
+        if int(done.sum()) > resumed:
+            flush()  # nothing finished is lost
+        raise
     finally:
         progress.close()
-    score_s = time.perf_counter() - t_score
+        del model
+        gc.collect()
+    if key:
+        store.put(key, arrays)
+    return PassResult(arrays, {**info, "cached": False, "resumed_sequences": resumed,
+                               "seconds": time.perf_counter() - t0})
 
-    n = len(samples)
-    chosen = np.stack([scores[[sequence_index(p, k, False) for k in range(3)]] for p in range(n)])
-    rejected = np.stack([scores[[sequence_index(p, k, True) for k in range(3)]] for p in range(n)])
-    summary = summarize(chosen, rejected, [s.domain for s in samples], [s.subset for s in samples],
-                        [s.name for s in samples])
-    wall_s = time.perf_counter() - t_start
-    counts = token_counts(lengths, batches)
+
+def finish(prep: Prepared, o: ScoreOptions, passes: dict, t_start: float, store: Store) -> ScoreRun:
+    """scores -> metrics -> results (written when o.output is set)."""
+    if prep.mode == "rm":
+        scores = passes["model"].arrays["scores"]
+    else:
+        policy = passes["model"].arrays
+        ref = passes.get("ref_model")
+        scores = dpo_rewards((policy["total"], policy["count"], policy["sumsq"]),
+                             None if ref is None else (ref.arrays["total"],), prep.ref_free or "avg")
+    n = len(prep.samples)
+    idx = np.array([[sequence_index(p, k, False) for k in range(3)] for p in range(n)], dtype=np.int64)
+    chosen, rejected = scores[idx], scores[idx + 1]
+    summary = summarize(chosen, rejected, [s.domain for s in prep.samples], [s.subset for s in prep.samples],
+                        [s.name for s in prep.samples])
+    seqs, lengths = prep.seqs, prep.lengths
+    counts = token_counts(lengths, prep.batches)
+    computed = [p for p in passes.values() if not p.info["cached"]]
+    score_s = sum(p.info["seconds"] for p in computed)
+    computed_tokens = counts["real_tokens"] * len(computed)
     run = {
         "options": asdict(o),
-        "mode": mode,
-        "ref_free": ref_free,
+        "mode": prep.mode,
+        "ref_free": prep.ref_free,
         "compat": o.compat,
-        "chat_template": fmt.name,
-        "device": str(device),
-        "logprob_impl": _logprob_impl_used(o.logprob_impl, device) if mode == "dpo" else None,
-        "dtype": str(dtype).replace("torch.", ""),
-        "models": models_info,
+        "chat_template": prep.fmt.name,
+        "device": str(prep.device),
+        "dtype": str(prep.dtype).replace("torch.", ""),
+        "logprob_impl": _logprob_impl_used(o.logprob_impl, prep.device) if prep.mode == "dpo" else None,
+        "models": {role: {k: v for k, v in p.info.items() if k != "key"} for role, p in passes.items()},
         "versions": _versions(),
         "machine": {"platform": platform.platform(), "python": platform.python_version(),
                     "cpu_threads": torch.get_num_threads(),
-                    "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None},
+                    "gpu": torch.cuda.get_device_name(prep.device) if prep.device.type == "cuda" else None},
         "n_prompts": n,
         "n_sequences": len(seqs),
         **counts,
-        "passes": passes,
+        "passes": len(passes),
+        "passes_computed": len(computed),
         "max_sequence_tokens": int(lengths.max()) if len(lengths) else 0,
         "sequences_over_2048_tokens": int(sum(len(e.ids) + e.cut > OFFICIAL_MAX_LENGTH for e in seqs)),
         "truncated": {"sequences": int(sum(e.cut > 0 for e in seqs)), "tokens": int(sum(e.cut for e in seqs))},
-        "wall_s": wall_s,
-        "tokenize_s": tokenize_s,
+        "cache": {"dir": str(store.root) if store.enabled else None, "tokenized_from_cache": prep.tokenize_cached},
+        "wall_s": time.perf_counter() - t_start,
+        "tokenize_s": prep.tokenize_s,
         "score_s": score_s,
-        "tokens_per_s": passes * counts["real_tokens"] / score_s if score_s > 0 else None,
+        "tokens_per_s": computed_tokens / score_s if score_s > 0 and computed_tokens else None,
     }
-    result = ScoreRun(samples, chosen, rejected, summary, run)
+    result = ScoreRun(prep.samples, chosen, rejected, summary, run)
     if o.output:
         out = Path(o.output)
-        write_results(out, samples, chosen, rejected, summary)
+        write_results(out, prep.samples, chosen, rejected, summary)
         atomic_write_json(out / "run.json", run)
     return result
+
+
+def score(o: ScoreOptions, store: Store | None = None, hooks=None) -> ScoreRun:
+    """Score every sample of `o.data` with `o.model`; write results when `o.output` is set.
+    Finished work comes from the store (o.cache_dir, default ~/.cache/rmbench-fast/store)."""
+    t_start = time.perf_counter()
+    own_store = store is None
+    store = store or open_store(o)
+    try:
+        prep = prepare(o, store)
+        passes = {"model": model_pass(prep, o, o.model, "model", store, hooks)}
+        if o.ref_model:
+            ref_config = load_config(o.ref_model, o.trust_remote_code)
+            if getattr(ref_config, "vocab_size", None) != getattr(prep.config, "vocab_size", None):
+                raise UsageError(f"policy and reference vocabularies differ ({prep.config.vocab_size} vs "
+                                 f"{ref_config.vocab_size}): they must share one tokenizer")
+            passes["ref_model"] = model_pass(prep, o, o.ref_model, "ref_model", store, hooks)
+        return finish(prep, o, passes, t_start, store)
+    finally:
+        if own_store:
+            store.close()
 
 
 def _logprob_impl_used(impl: str, device) -> str:

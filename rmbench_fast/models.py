@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 
 import torch
@@ -11,7 +9,6 @@ import torch
 from .errors import UsageError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 
 
 def resolve_device(device: str | None) -> torch.device:
@@ -97,18 +94,3 @@ def load_model(path: str, mode: str, dtype: torch.dtype, device: torch.device, t
         raise UsageError(f"model {path}: cannot load it as {'a sequence classifier' if mode == 'rm' else 'a causal LM'}"
                          f" ({' '.join(str(e).split())[:300]})") from None
     return model.to(device).eval().requires_grad_(False)
-
-
-def fingerprint(path: str) -> dict:
-    """What identifies the model's files: config content and the weight files' names and sizes."""
-    local = Path(path)
-    if not local.is_dir():
-        return {"path": path, "kind": "hub"}
-    h = hashlib.sha256()
-    cfg = local / "config.json"
-    if cfg.is_file():
-        h.update(json.dumps(json.loads(cfg.read_text()), sort_keys=True).encode())
-    files = sorted(p for p in local.iterdir() if p.name.endswith(WEIGHT_SUFFIXES))
-    for p in files:
-        h.update(f"{p.name}:{p.stat().st_size}".encode())
-    return {"path": str(local.resolve()), "sha256": h.hexdigest(), "weights": [p.name for p in files]}

@@ -1,5 +1,6 @@
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -8,6 +9,8 @@ import pytest
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The result store of every test session starts empty, away from the user's cache.
+os.environ["RMBENCH_CACHE"] = tempfile.mkdtemp(prefix="rmbench-test-cache-")
 # No GPU in CI: Triton kernels run in the interpreter (must be set before triton.jit decorates them).
 os.environ.setdefault("TRITON_INTERPRET", "1")
 

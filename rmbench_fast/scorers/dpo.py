@@ -51,16 +51,16 @@ def _label_positions(seqs, starts, batch: Batch, device):
 
 
 @torch.inference_mode()
-def sequence_logprob_stats(model, seqs, starts, batches: list[Batch], pad_id: int, device, on_batch=None,
+def sequence_logprob_stats(model, seqs, starts, batches: list[Batch], pad_id: int, device, out, on_batch=None,
                            impl: str = "auto"):
-    """Per sequence: sum, count and sum of squares of its scored tokens' log-probs (float64
-    arrays, original order).
+    """Per sequence of `batches`: sum, count and sum of squares of its scored tokens' log-probs,
+    written into out = (total, count, sumsq) float64 arrays (original order); after each batch,
+    on_batch(batch).
 
     impl: "auto" / "triton" / "torch" pick the fused op's implementation (rmbench_fast.kernels);
     "plain" runs the whole model for logits and reduces them at the label positions (also the
     fallback for heads the fused op cannot express)."""
-    n = len(seqs)
-    total, count, sumsq = np.zeros(n), np.zeros(n), np.zeros(n)
+    total, count, sumsq = out
     head = lm_head_of(model) if impl != "plain" else None
     if head is None and impl != "plain":
         log.warning("the LM head of %s is not a plain linear layer the fused log-prob op can express: "

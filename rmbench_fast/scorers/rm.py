@@ -30,9 +30,9 @@ def pick_label(num_labels: int, label_index: int | None, compat: bool) -> int | 
 
 @torch.inference_mode()
 def score_rm(model, seqs: list[list[int]], batches: list[Batch], pad_id: int, device, label: int | None,
-             on_batch=None) -> np.ndarray:
-    """One float64 score per sequence, in the original order."""
-    scores = np.empty(len(seqs), dtype=np.float64)
+             scores: np.ndarray, on_batch=None) -> np.ndarray:
+    """Write one float64 score per sequence of `batches` into `scores` (original order); after each
+    batch, on_batch(batch)."""
     for batch in batches:
         ids, mask = pad_batch(seqs, batch, pad_id, device)
         logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits.float()

@@ -94,3 +94,18 @@ def load_model(path: str, mode: str, dtype: torch.dtype, device: torch.device, t
         raise UsageError(f"model {path}: cannot load it as {'a sequence classifier' if mode == 'rm' else 'a causal LM'}"
                          f" ({' '.join(str(e).split())[:300]})") from None
     return model.to(device).eval().requires_grad_(False)
+
+
+# Decoder-only model types: causal attention, positions counted from 0 on each row. For these, right
+# padding cannot change the outputs at real positions, so batches run without an attention mask
+# (the fast causal attention path). Any other type keeps its mask (encoders are bidirectional).
+CAUSAL_DECODER_TYPES = {
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text",
+    "phi", "phi3", "gpt2", "gpt_neox", "gptj", "starcoder2", "olmo", "olmo2", "cohere", "granite", "stablelm",
+    "deepseek_v2", "deepseek_v3", "internlm2", "falcon", "opt", "bloom", "smollm3",
+}
+
+
+def is_causal_decoder(config) -> bool:
+    return getattr(config, "model_type", None) in CAUSAL_DECODER_TYPES and not getattr(config, "is_encoder_decoder",
+                                                                                       False)

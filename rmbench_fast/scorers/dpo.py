@@ -14,6 +14,7 @@ import torch
 from ..batching import Batch, pad_batch
 from ..kernels import logits_logprobs
 from ..logprobs import LMHead, segment_stats, token_logprobs
+from ..models import is_causal_decoder
 
 log = logging.getLogger("rmbench_fast")
 LOGPROB_IMPLS = ("auto", "triton", "torch", "plain")
@@ -65,8 +66,11 @@ def sequence_logprob_stats(model, seqs, starts, batches: list[Batch], pad_id: in
     if head is None and impl != "plain":
         log.warning("the LM head of %s is not a plain linear layer the fused log-prob op can express: "
                     "using the model's own logits", type(model).__name__)
+    causal = is_causal_decoder(model.config)
     for batch in batches:
         ids, mask = pad_batch(seqs, batch, pad_id, device)
+        if causal:  # right padding never reaches a real token of a causal decoder: the fast causal path
+            mask = None
         rows, pos, seg = _label_positions(seqs, starts, batch, device)
         targets = ids[rows, pos + 1]
         if head is not None:

@@ -11,6 +11,7 @@ import torch
 
 from ..batching import Batch, pad_batch
 from ..errors import UsageError
+from ..models import is_causal_decoder
 
 
 def pick_label(num_labels: int, label_index: int | None, compat: bool) -> int | None:
@@ -33,9 +34,11 @@ def score_rm(model, seqs: list[list[int]], batches: list[Batch], pad_id: int, de
              scores: np.ndarray, on_batch=None) -> np.ndarray:
     """Write one float64 score per sequence of `batches` into `scores` (original order); after each
     batch, on_batch(batch)."""
+    causal = is_causal_decoder(model.config)
     for batch in batches:
         ids, mask = pad_batch(seqs, batch, pad_id, device)
-        logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits.float()
+        # right padding never reaches a real token of a causal decoder: no mask, the fast causal path
+        logits = model(input_ids=ids, attention_mask=None if causal else mask, use_cache=False).logits.float()
         picked = logits.max(dim=-1).values if label is None else logits[:, label]
         scores[batch.indices] = picked.double().cpu().numpy()
         if on_batch is not None:

@@ -3,7 +3,10 @@
 #   1. the kernel tests on CUDA (compiled Triton, not the interpreter);
 #   2. the log-prob op benchmark in bf16 (benchmarks/logprob_op.py --device cuda);
 #   3. an end-to-end DPO score of a random-weight Llama-style model of realistic shape (about 1B
-#      parameters, V=128256, bf16) on RM-Bench files, reference-free and with a reference.
+#      parameters, V=128256, bf16) on RM-Bench files, reference-free and with a reference;
+#   4. when PEER_PYTHON names a Python with the official flow's packages (rewardbench 0.1.4,
+#      transformers 4.51, trl, fastchat; carry them as wheels, see benchmarks/peer/setup.sh), the
+#      same models through the official flow in bf16, for time, memory and parity side by side.
 #
 # usage: bash benchmarks/gpu_check.sh [OUT_DIR]      (default OUT_DIR: $OUT, else benchmarks/results)
 #   DATA=folder of RM-Bench *_filtered.json files   (default ../shared/rm-bench; on the device
@@ -57,8 +60,10 @@ for label, kw in (("ref-free avg", dict(ref_free="avg")), ("with reference", dic
     for impl in ("triton", "torch"):
         torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
+        tag = ("ref" if "ref_model" in kw else "ref-free") + "-" + impl
         run = score(ScoreOptions(model=str(root / "policy"), data=data, limit=limit, dtype="bfloat16", device="cuda",
-                                 max_tokens_per_batch=65536, logprob_impl=impl, progress=False, **kw))
+                                 max_tokens_per_batch=65536, logprob_impl=impl, progress=False, cache=False,
+                                 output=f"/tmp/rmbench-gpu-out/{tag}", **kw))
         r = run.run
         row = {"run": label, "logprob_impl": impl, "wall_s": time.perf_counter() - t0, "score_s": r["score_s"],
                "tokens_per_s": r["tokens_per_s"], "real_tokens": r["real_tokens"],
@@ -74,4 +79,35 @@ for r in results["runs"]:
 (out_dir / "gpu_e2e_dpo.json").write_text(json.dumps(results, indent=2) + "\n")
 print(json.dumps({k: v for k, v in results.items() if k != "runs"}))
 EOF
+echo "== 4. official flow on the same models (bf16), when PEER_PYTHON is set"
+if [ -n "${PEER_PYTHON:-}" ]; then
+  for mode in ref-free ref; do
+    extra=(--ref-free avg); [ "$mode" = ref ] && extra=(--ref-model /tmp/rmbench-gpu-models/reference)
+    timeout 200 "$PEER_PYTHON" benchmarks/peer/official_flow.py --mode dpo --model /tmp/rmbench-gpu-models/policy \
+      "${extra[@]}" --data "$DATA" --limit "$LIMIT" --dtype bfloat16 --device cuda \
+      --output "/tmp/rmbench-gpu-out/official-$mode.json" --timing "/tmp/rmbench-gpu-out/official-$mode-timing.json" \
+      || status=1
+  done
+  $PY - "$OUT_DIR" <<'EOF2' || status=1
+import json, sys
+from pathlib import Path
+out, tmp = Path(sys.argv[1]), Path("/tmp/rmbench-gpu-out")
+ours = json.loads((out / "gpu_e2e_dpo.json").read_text())
+report = {}
+for mode in ("ref-free", "ref"):
+    off = {(x["domain"], x["id"]): x for x in json.loads((tmp / f"official-{mode}.json").read_text())}
+    mine = json.loads((tmp / f"{mode}-triton" / "results.json").read_text())
+    diff = max(abs(a - b) for x in mine for k in ("score_chosen", "score_rejected")
+               for a, b in zip(x[k], off[(x["domain"], x["id"])][k]))
+    label = "ref-free avg" if mode == "ref-free" else "with reference"
+    mine_run = next(r for r in ours["runs"] if r["run"] == label and r["logprob_impl"] == "triton")
+    report[mode] = {"official": json.loads((tmp / f"official-{mode}-timing.json").read_text()),
+                    "ours_wall_s": mine_run["wall_s"], "ours_peak_gpu_gib": mine_run["peak_gpu_gib"],
+                    "max_abs_score_diff_bf16": diff}
+(out / "gpu_official_compare.json").write_text(json.dumps(report, indent=2) + "\n")
+print(json.dumps(report, indent=2))
+EOF2
+else
+  echo "PEER_PYTHON not set: official flow skipped"
+fi
 exit $status

@@ -53,6 +53,10 @@ class ScoreOptions:
     logprob_impl: str = "auto"  # auto | triton | torch | plain (DPO log-prob path)
     cache: bool = True  # the result store: reuse finished work, resume interrupted work
     cache_dir: str | None = None  # default: $RMBENCH_CACHE/store or ~/.cache/rmbench-fast/store
+    engine: str = "local"  # local | ray
+    ray_address: str | None = None
+    num_workers: int = 2
+    gpus_per_worker: float = 0.0
     progress: bool = True
 
 
@@ -77,6 +81,10 @@ def _check_options(o: ScoreOptions):
         raise UsageError(f"--ref-free {o.ref_free}: expected one of {', '.join(REF_FREE)}")
     if o.ref_free is not None and o.ref_model is not None:
         raise UsageError("--ref-free and --ref-model exclude each other: the reference-free rewards use no reference")
+    if o.engine not in ("local", "ray"):
+        raise UsageError(f"--engine {o.engine}: expected local or ray")
+    if o.num_workers < 1:
+        raise UsageError("--num-workers must be at least 1")
     if o.compat not in (None, "official"):
         raise UsageError(f"--compat {o.compat}: the only compatibility mode is 'official'")
     if o.logprob_impl not in LOGPROB_IMPLS:
@@ -273,7 +281,13 @@ def model_pass(prep: Prepared, o: ScoreOptions, model_path: str, role: str, stor
     resumed = int(done.sum())
     model = None
     try:
-        if todo:
+        if todo and o.engine == "ray":
+            from .distributed import RayConfig, run_pass_on_ray
+
+            cfg = RayConfig(o.ray_address, o.num_workers, o.gpus_per_worker)
+            run_pass_on_ray(cfg, prep, o, model_path, label, todo, arrays, on_batch)
+            info.update({"engine": "ray", "workers": o.num_workers})
+        elif todo:
             model = load_model(model_path, prep.mode, prep.dtype, prep.device, o.trust_remote_code)
             info.update({"class": type(model).__name__, "parameters": sum(p.numel() for p in model.parameters())})
             if prep.mode == "rm":

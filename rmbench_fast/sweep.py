@@ -77,31 +77,75 @@ def _write_tables(out: Path, rows: list[dict], meta: dict) -> None:
     atomic_write_text(out / "sweep.csv", buf.getvalue())
 
 
+def _sub_dirs(checkpoints) -> list[str]:
+    names, subs = set(), []
+    for k, (_, path) in enumerate(checkpoints):
+        name = Path(path).name or f"checkpoint-{k}"
+        sub = name if name not in names else f"{k:03d}-{name}"
+        names.add(sub)
+        subs.append(sub)
+    return subs
+
+
 def run_sweep(o: ScoreOptions, checkpoints: list[tuple[int | None, str]], output: str, hooks=None, plots: bool = True,
               echo=print) -> dict:
     """Score each checkpoint in order into output/<name>; returns the sweep table."""
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
-    store = open_store(o)
-    names, rows = set(), []
+    subs = _sub_dirs(checkpoints)
     meta = {"options": {k: v for k, v in vars(o).items() if k != "model"}, "n_checkpoints": len(checkpoints),
             "started": time.strftime("%Y-%m-%d %H:%M:%S")}
-    computed = cached = 0
-    try:
-        for k, (step, path) in enumerate(checkpoints):
-            name = Path(path).name or f"checkpoint-{k}"
-            sub = name if name not in names else f"{k:03d}-{name}"
-            names.add(sub)
-            echo(f"[{k + 1}/{len(checkpoints)}] {name} (step {step if step is not None else '-'})")
-            run = score(replace(o, model=path, output=str(out / sub)), store=store, hooks=hooks)
-            computed += run.run["passes_computed"]
-            cached += run.run["passes"] - run.run["passes_computed"]
-            rows.append(_row(name, sub, path, step, run.summary))
-            _write_tables(out, rows, {**meta, "model_passes_computed": computed, "model_passes_cached": cached})
-    finally:
-        store.close()
-    if plots:
+    if o.engine == "ray":
+        rows, computed, cached = _sweep_on_ray(o, checkpoints, subs, out, meta, hooks, echo)
+    else:
+        store = open_store(o)
+        rows, computed, cached = [], 0, 0
+        try:
+            for k, ((step, path), sub) in enumerate(zip(checkpoints, subs)):
+                echo(f"[{k + 1}/{len(checkpoints)}] {Path(path).name} (step {step if step is not None else '-'})")
+                run = score(replace(o, model=path, output=str(out / sub)), store=store, hooks=hooks)
+                computed += run.run["passes_computed"]
+                cached += run.run["passes"] - run.run["passes_computed"]
+                rows.append(_row(Path(path).name, sub, path, step, run.summary))
+                _write_tables(out, rows, {**meta, "model_passes_computed": computed, "model_passes_cached": cached})
+        finally:
+            store.close()
+    if plots and rows:
         from .plots import plot_run
 
         plot_run(out)
     return {"checkpoints": rows, "model_passes_computed": computed, "model_passes_cached": cached}
+
+
+def _sweep_on_ray(o: ScoreOptions, checkpoints, subs, out: Path, meta: dict, hooks, echo):
+    """The reference pass first, spread over every worker; then one task per checkpoint, each running
+    the local engine on some worker against the shared result store."""
+    from .distributed import RayConfig, run_checkpoints_on_ray
+    from .engine import model_pass, prepare
+
+    if not o.cache:
+        raise UsageError("--engine ray shares work through the result store: drop --no-cache (and put --cache-dir "
+                         "on storage every worker sees)")
+    store = open_store(o)
+    cfg = RayConfig(o.ray_address, o.num_workers, o.gpus_per_worker)
+    computed = cached = 0
+    try:
+        if o.ref_model:
+            echo(f"reference {o.ref_model}: one pass over {o.num_workers} workers")
+            prep = prepare(replace(o, model=checkpoints[0][1]), store)
+            ref = model_pass(prep, o, o.ref_model, "ref_model", store, hooks)
+            computed += 0 if ref.info["cached"] else 1
+    finally:
+        store.close()
+    jobs = [(k, replace(o, model=path, output=str(out / sub), engine="local", progress=False))
+            for k, ((_, path), sub) in enumerate(zip(checkpoints, subs))]
+    rows = {}
+    for k, result in run_checkpoints_on_ray(cfg, jobs, str(store.root)):
+        step, path = checkpoints[k]
+        computed += result["passes_computed"]
+        cached += result["passes"] - result["passes_computed"]
+        rows[k] = _row(Path(path).name, subs[k], path, step, result["summary"])
+        echo(f"done {Path(path).name} (step {step if step is not None else '-'})")
+        ordered = [rows[i] for i in sorted(rows)]
+        _write_tables(out, ordered, {**meta, "model_passes_computed": computed, "model_passes_cached": cached})
+    return [rows[i] for i in sorted(rows)], computed, cached

@@ -61,7 +61,7 @@ def run_rm(args, tokenizer, conv, files, dtype):
 
     tokenizer.truncation_side = "left"
     model = AutoModelForSequenceClassification.from_pretrained(args.model, torch_dtype=dtype)
-    pipe = pipeline("text-classification", model=model, tokenizer=tokenizer, device="cpu")
+    pipe = pipeline("text-classification", model=model, tokenizer=tokenizer, device=args.device)
     if pipe.tokenizer.pad_token_id is None:
         pipe.model.config.pad_token_id = pipe.tokenizer.eos_token_id
         pipe.tokenizer.pad_token_id = pipe.tokenizer.eos_token_id
@@ -103,7 +103,10 @@ def run_dpo(args, tokenizer, conv, files, dtype):
         tokenizer.pad_token_id = tokenizer.eos_token_id
     model = AutoModelForCausalLM.from_pretrained(args.model, torch_dtype=dtype, attn_implementation="sdpa")
     ref = AutoModelForCausalLM.from_pretrained(args.ref_model, torch_dtype=dtype) if args.ref_model else None
-    dpo = DPOInference(model, ref, tokenizer=tokenizer, accelerator=Accelerator(cpu=True),
+    model.to(args.device)
+    if ref is not None:
+        ref.to(args.device)
+    dpo = DPOInference(model, ref, tokenizer=tokenizer, accelerator=Accelerator(cpu=args.device == "cpu"),
                        ref_free_norm=args.ref_free)
     tokens = padded = 0
     results = []
@@ -143,6 +146,7 @@ def main():
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--chat-template", default="tulu")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--output", required=True)
     ap.add_argument("--timing", default=None)
@@ -165,6 +169,8 @@ def main():
     wall = time.perf_counter() - t0
     Path(args.output).write_text(json.dumps(results, indent=1, ensure_ascii=False))
     info = {"wall_s": wall, "real_tokens": tokens, "padded_tokens": padded, "n_prompts": len(results)}
+    if args.device.startswith("cuda"):
+        info["peak_gpu_gib"] = torch.cuda.max_memory_allocated() / 2**30
     if args.timing:
         Path(args.timing).write_text(json.dumps(info))
     print(json.dumps(info))

@@ -157,6 +157,13 @@ def _scoring_options(f):
         click.option("--cache-dir", default=None, help="The result store: finished work is reused and "
                      "interrupted work resumed [default: $RMBENCH_CACHE/store, ~/.cache/rmbench-fast/store]."),
         click.option("--no-cache", is_flag=True, help="Turn the result store off: compute everything."),
+        click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+                     help="ray: spread the work over Ray workers (pip install -e '.[ray]')."),
+        click.option("--ray-address", default=None, help="Ray cluster to join [default: RAY_ADDRESS, else start "
+                     "a local Ray instance]."),
+        click.option("--num-workers", type=int, default=2, show_default=True, help="Ray workers (one model each)."),
+        click.option("--gpus-per-worker", type=float, default=0.0, show_default=True,
+                     help="GPUs per Ray worker (0: CPU workers)."),
         click.option("--quiet", "-q", is_flag=True, help="No progress bar."),
     ]
     for opt in reversed(opts):
@@ -173,7 +180,8 @@ def _options(model, output, kw):
         device=kw["device"], max_tokens_per_batch=kw["max_tokens_per_batch"], max_batch_size=kw["max_batch_size"],
         compat=kw["compat"], label_index=kw["label_index"], logprob_impl=kw["logprob_impl"],
         trust_remote_code=kw["trust_remote_code"], limit=kw["limit"], domains=tuple(kw["domains"]),
-        cache=not kw["no_cache"], cache_dir=kw["cache_dir"], progress=not kw["quiet"])
+        cache=not kw["no_cache"], cache_dir=kw["cache_dir"], engine=kw["engine"], ray_address=kw["ray_address"],
+        num_workers=kw["num_workers"], gpus_per_worker=kw["gpus_per_worker"], progress=not kw["quiet"])
 
 
 @main.command()

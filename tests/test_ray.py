@@ -37,8 +37,9 @@ def cluster(tmp_path_factory):
 
 
 def options(c, tmp_path, **kw):
-    return ScoreOptions(model=c["ckpts"][0], ref_model=c["ref"], data=c["data"], progress=False,
-                        max_tokens_per_batch=300, cache_dir=str(tmp_path / "store"), **kw)
+    base = dict(model=c["ckpts"][0], ref_model=c["ref"], data=c["data"], progress=False, max_tokens_per_batch=300,
+                cache_dir=str(tmp_path / "store"))
+    return ScoreOptions(**{**base, **kw})
 
 
 def test_score_on_ray_equals_local(cluster, tmp_path):

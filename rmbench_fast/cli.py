@@ -12,18 +12,37 @@ from . import __version__
 from .errors import RmbenchError
 
 
+def _debug() -> bool:
+    return os.environ.get("RMBENCH_DEBUG") not in (None, "", "0")
+
+
 class _Group(click.Group):
-    """Reports an RmbenchError as one line on stderr with exit status 2; RMBENCH_DEBUG=1 shows the
-    traceback instead."""
+    """Every fault of the user's input (RmbenchError, or a bad option click finds) is one line on
+    stderr with exit status 2, no traceback; RMBENCH_DEBUG=1 shows the traceback instead."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except RmbenchError as e:
-            if os.environ.get("RMBENCH_DEBUG") not in (None, "", "0"):
+            if _debug():
                 raise
             click.echo(f"rmbench-fast: error: {e.one_line()}", err=True)
             ctx.exit(2)
+
+    def main(self, args=None, prog_name=None, **extra):
+        extra.pop("standalone_mode", None)
+        try:
+            rv = super().main(args=args, prog_name=prog_name, standalone_mode=False, **extra)
+        except click.exceptions.Abort:
+            click.echo("rmbench-fast: aborted", err=True)
+            sys.exit(130)
+        except click.ClickException as e:
+            if _debug():
+                raise
+            where = f" ({e.ctx.command_path} --help)" if getattr(e, "ctx", None) is not None else ""
+            click.echo(f"rmbench-fast: error: {' '.join(e.format_message().split())}{where}", err=True)
+            sys.exit(2 if isinstance(e, click.UsageError) else e.exit_code)
+        sys.exit(rv if isinstance(rv, int) else 0)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -164,6 +183,9 @@ def _scoring_options(f):
         click.option("--num-workers", type=int, default=2, show_default=True, help="Ray workers (one model each)."),
         click.option("--gpus-per-worker", type=float, default=0.0, show_default=True,
                      help="GPUs per Ray worker (0: CPU workers)."),
+        click.option("--allow-pickle-weights", is_flag=True, help="Load pickle-format weights (.bin), which can "
+                     "run code; without it only safetensors load."),
+        click.option("--overwrite", is_flag=True, help="Replace another run's results in the output folder."),
         click.option("--quiet", "-q", is_flag=True, help="No progress bar."),
     ]
     for opt in reversed(opts):
@@ -181,7 +203,8 @@ def _options(model, output, kw):
         compat=kw["compat"], label_index=kw["label_index"], logprob_impl=kw["logprob_impl"],
         trust_remote_code=kw["trust_remote_code"], limit=kw["limit"], domains=tuple(kw["domains"]),
         cache=not kw["no_cache"], cache_dir=kw["cache_dir"], engine=kw["engine"], ray_address=kw["ray_address"],
-        num_workers=kw["num_workers"], gpus_per_worker=kw["gpus_per_worker"], progress=not kw["quiet"])
+        num_workers=kw["num_workers"], gpus_per_worker=kw["gpus_per_worker"], overwrite=kw["overwrite"],
+        allow_pickle_weights=kw["allow_pickle_weights"], progress=not kw["quiet"])
 
 
 @main.command()

@@ -59,7 +59,8 @@ def ensure_ray(cfg: RayConfig):
 class _Worker:
     """Holds one model on its device and scores units of batches."""
 
-    def __init__(self, model_path, mode, dtype, device, trust_remote_code, pad_id, label, logprob_impl, threads):
+    def __init__(self, model_path, mode, dtype, device, trust_remote_code, pad_id, label, logprob_impl, threads,
+                 allow_pickle=False):
         import torch
 
         from .models import load_model
@@ -70,7 +71,8 @@ class _Worker:
             device = "cpu"
         self.device = torch.device(device)
         self.mode, self.pad_id, self.label, self.impl = mode, pad_id, label, logprob_impl
-        self.model = load_model(model_path, mode, getattr(torch, dtype), self.device, trust_remote_code)
+        self.model = load_model(model_path, mode, getattr(torch, dtype), self.device, trust_remote_code,
+                                allow_pickle)
         if mode == "rm" and self.model.config.pad_token_id is None:
             self.model.config.pad_token_id = pad_id
 
@@ -138,7 +140,7 @@ def run_pass_on_ray(cfg: RayConfig, prep, o, model_path: str, label, todo, array
 
     def spawn():
         return worker_cls.remote(model_path, prep.mode, dtype, device, o.trust_remote_code, prep.pad_id, label,
-                                 o.logprob_impl, threads)
+                                 o.logprob_impl, threads, o.allow_pickle_weights)
 
     ids = [e.ids for e in prep.seqs]
     starts = [e.start for e in prep.seqs]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import json
+import os
 import platform
 import sys
 import time
@@ -13,7 +15,7 @@ import numpy as np
 import torch
 
 from . import __version__
-from .batching import make_batches, token_counts
+from .batching import Batch, make_batches, token_counts
 from .data import HUB_DEFAULT, STYLES, Sample, load_dataset
 from .errors import UsageError
 from .fingerprints import (data_fingerprint, default_cache_root, model_fingerprint, sha256_text,
@@ -57,7 +59,15 @@ class ScoreOptions:
     ray_address: str | None = None
     num_workers: int = 2
     gpus_per_worker: float = 0.0
+    overwrite: bool = False  # replace another run's results in `output`
+    allow_pickle_weights: bool = False  # pickle weights (.bin) can run code when loaded
     progress: bool = True
+
+
+# The options that decide what a run's numbers are: a folder holding results of other values is
+# another run's.
+SCORED_OPTIONS = ("model", "ref_model", "mode", "ref_free", "data", "tokenizer", "chat_template", "dtype", "compat",
+                  "label_index", "limit", "domains")
 
 
 @dataclass
@@ -107,16 +117,87 @@ def build_sequences(samples, tokenizer, fmt: ChatFormat, mode: str, compat: bool
     return [e for per_prompt in encode_dpo(tokenizer, prompts, fulls, compat) for e in per_prompt]
 
 
+OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+
+
+def sequence_name(samples, i: int) -> str:
+    """How errors name sequence i of a run: sample, side and style."""
+    return f"sample {samples[i // 6].name}, {'rejected' if i % 2 else 'chosen'} {STYLES[(i % 6) // 2]}"
+
+
+def _run_batches(run, batches, prep: Prepared) -> None:
+    """run([batch]) for each batch; an out-of-memory error halves that batch's token budget and
+    retries its sequences, down to a single sequence, which then fails naming itself."""
+    for batch in batches:
+        try:
+            run([batch])
+        except OUT_OF_MEMORY:
+            if prep.device.type == "cuda":
+                torch.cuda.empty_cache()
+            if len(batch.indices) == 1:
+                i = int(batch.indices[0])
+                raise UsageError(f"out of memory scoring {sequence_name(prep.samples, i)} ({prep.lengths[i]} tokens) "
+                                 "alone: use a smaller --dtype, a bigger device, or --compat official to truncate"
+                                 ) from None
+            sub = make_batches(prep.lengths[batch.indices], max(1, batch.padded_tokens // 2))
+            _run_batches(run, [Batch(batch.indices[b.indices], b.max_len) for b in sub], prep)
+
+
+def _check_kind(path: str, config, mode: str, what: str) -> None:
+    """A sequence classifier given as a DPO model, or a causal LM as a reward model, is an error."""
+    archs = getattr(config, "architectures", None) or []
+    if not archs:
+        return
+    is_rm = any(a.endswith("ForSequenceClassification") for a in archs)
+    if mode == "dpo" and is_rm:
+        raise UsageError(f"{what} {path} is a sequence classifier ({archs[0]}): it has no language-model head to "
+                         f"score as a DPO {'policy' if what == 'model' else 'reference'}; use --mode rm")
+    if mode == "rm" and not is_rm:
+        raise UsageError(f"{what} {path} is not a sequence classifier ({archs[0]}): score it as a DPO model "
+                         "(--mode dpo) or give a reward model")
+
+
+def _check_reference(o: ScoreOptions, config, tokenizer) -> None:
+    ref_config = load_config(o.ref_model, o.trust_remote_code)
+    _check_kind(o.ref_model, ref_config, "dpo", "reference model")
+    if getattr(ref_config, "vocab_size", None) != getattr(config, "vocab_size", None):
+        raise UsageError(f"policy and reference vocabularies differ ({config.vocab_size} vs {ref_config.vocab_size}): "
+                         "they must share one tokenizer")
+    ref_dir = Path(o.ref_model)
+    if ref_dir.is_dir() and any((ref_dir / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
+        ref_tok = load_tokenizer(o.ref_model, o.trust_remote_code)
+        if ref_tok.get_vocab() != tokenizer.get_vocab():
+            raise UsageError(f"policy and reference tokenizers differ ({o.model} vs {o.ref_model}): the reference's "
+                             "log-probs must be of the same tokens")
+
+
+def _check_output(o: ScoreOptions) -> None:
+    """Refuse to mix runs: an output folder holding another run's results (different options) is an
+    error unless --overwrite. The same command again is fine (it resumes or reuses)."""
+    out = Path(o.output)
+    run_file, results_file = out / "run.json", out / "results.json"
+    if not (run_file.exists() or results_file.exists()) or o.overwrite:
+        return
+    try:
+        before = json.loads(run_file.read_text())["options"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise UsageError(f"--output {o.output}: holds results.json of an unknown run; pass --overwrite to replace "
+                         "it") from None
+    now = asdict(o)
+    changed = [k for k in SCORED_OPTIONS if json.dumps(before.get(k)) != json.dumps(now.get(k))]
+    if changed:
+        raise UsageError(f"--output {o.output}: holds another run's results (different {', '.join(changed)}); "
+                         "pass --overwrite to replace them, or choose another folder")
+
+
 def _context_check(samples, seqs: list[Encoded], config, compat: bool):
     limit = getattr(config, "max_position_embeddings", None)
     if compat or not limit:
         return
     for i, e in enumerate(seqs):
         if len(e.ids) > limit:
-            s = samples[i // 6]
-            side = "rejected" if i % 2 else "chosen"
-            raise UsageError(f"sample {s.name}, {side} {STYLES[(i % 6) // 2]}: {len(e.ids)} tokens exceed the model's "
-                             f"context length {limit}; use --compat official to truncate as the official scripts do")
+            raise UsageError(f"{sequence_name(samples, i)}: {len(e.ids)} tokens exceed the model's context length "
+                             f"{limit}; use --compat official to truncate as the official scripts do")
 
 
 class _Progress:
@@ -181,6 +262,7 @@ def prepare(o: ScoreOptions, store: Store) -> Prepared:
     samples = load_dataset(o.data, domains=o.domains, limit=o.limit)
     config = load_config(o.model, o.trust_remote_code)
     mode = detect_mode(config) if o.mode == "auto" else o.mode
+    _check_kind(o.model, config, mode, "model")
     if mode == "rm" and o.ref_model is not None:
         raise UsageError("--ref-model is for DPO models; the model is a sequence classifier (rm mode)")
     if mode == "rm" and o.ref_free is not None:
@@ -188,6 +270,10 @@ def prepare(o: ScoreOptions, store: Store) -> Prepared:
     ref_free = None if (mode == "rm" or o.ref_model) else (o.ref_free or "avg")
     tok_path = o.tokenizer or o.model
     tokenizer = load_tokenizer(tok_path, o.trust_remote_code)
+    if mode == "dpo" and tokenizer.eos_token_id is None:
+        raise UsageError(f"tokenizer {tok_path}: has no EOS token, which DPO scoring appends to every response")
+    if o.ref_model:
+        _check_reference(o, config, tokenizer)
     fmt = ChatFormat(tokenizer, o.chat_template)
 
     t0 = time.perf_counter()
@@ -233,12 +319,14 @@ class PassResult:
 
 
 def model_pass(prep: Prepared, o: ScoreOptions, model_path: str, role: str, store: Store, hooks=None,
-               flush_every_s: float = 5.0) -> PassResult:
+               flush_every_s: float | None = None) -> PassResult:
     """One model over every sequence, through the store: a finished pass is reused as it is, an
     interrupted one resumes from its partial entry, and progress is saved every `flush_every_s`
     seconds and when the pass fails. hooks(role, batch) runs after each batch (tests count forward
     calls and inject failures with it)."""
     t0 = time.perf_counter()
+    if flush_every_s is None:  # RMBENCH_FLUSH_SECONDS=0 saves progress after every batch
+        flush_every_s = float(os.environ.get("RMBENCH_FLUSH_SECONDS", "5"))
     fp = model_fingerprint(model_path, store.hashes)
     store.hashes.save()
     impl = _logprob_impl_used(o.logprob_impl, prep.device) if prep.mode == "dpo" else None
@@ -274,7 +362,7 @@ def model_pass(prep: Prepared, o: ScoreOptions, model_path: str, role: str, stor
         progress(batch)
         if hooks is not None:
             hooks(role, batch)
-        if key and time.perf_counter() - last_flush > flush_every_s:
+        if key and time.perf_counter() - last_flush >= flush_every_s:
             flush()
             last_flush = time.perf_counter()
 
@@ -288,17 +376,27 @@ def model_pass(prep: Prepared, o: ScoreOptions, model_path: str, role: str, stor
             run_pass_on_ray(cfg, prep, o, model_path, label, todo, arrays, on_batch)
             info.update({"engine": "ray", "workers": o.num_workers})
         elif todo:
-            model = load_model(model_path, prep.mode, prep.dtype, prep.device, o.trust_remote_code)
+            model = load_model(model_path, prep.mode, prep.dtype, prep.device, o.trust_remote_code,
+                               o.allow_pickle_weights)
             info.update({"class": type(model).__name__, "parameters": sum(p.numel() for p in model.parameters())})
             if prep.mode == "rm":
                 if model.config.pad_token_id is None:  # as the official script: pool at the last non-pad token
                     model.config.pad_token_id = prep.pad_id
-                score_rm(model, [e.ids for e in prep.seqs], todo, prep.pad_id, prep.device, label, arrays["scores"],
-                         on_batch)
+                seqs = [e.ids for e in prep.seqs]
+
+                def run(batch_list):
+                    score_rm(model, seqs, batch_list, prep.pad_id, prep.device, label, arrays["scores"], on_batch)
+
+                _run_batches(run, todo, prep)
             else:
-                sequence_logprob_stats(model, [e.ids for e in prep.seqs], [e.start for e in prep.seqs], todo,
-                                       prep.pad_id, prep.device, (arrays["total"], arrays["count"], arrays["sumsq"]),
-                                       on_batch, o.logprob_impl)
+                seqs, starts = [e.ids for e in prep.seqs], [e.start for e in prep.seqs]
+                out = (arrays["total"], arrays["count"], arrays["sumsq"])
+
+                def run(batch_list):
+                    sequence_logprob_stats(model, seqs, starts, batch_list, prep.pad_id, prep.device, out, on_batch,
+                                           o.logprob_impl)
+
+                _run_batches(run, todo, prep)
     except BaseException:
         if int(done.sum()) > resumed:
             flush()  # nothing finished is lost
@@ -375,13 +473,11 @@ def score(o: ScoreOptions, store: Store | None = None, hooks=None) -> ScoreRun:
     own_store = store is None
     store = store or open_store(o)
     try:
+        if o.output:
+            _check_output(o)
         prep = prepare(o, store)
         passes = {"model": model_pass(prep, o, o.model, "model", store, hooks)}
         if o.ref_model:
-            ref_config = load_config(o.ref_model, o.trust_remote_code)
-            if getattr(ref_config, "vocab_size", None) != getattr(prep.config, "vocab_size", None):
-                raise UsageError(f"policy and reference vocabularies differ ({prep.config.vocab_size} vs "
-                                 f"{ref_config.vocab_size}): they must share one tokenizer")
             passes["ref_model"] = model_pass(prep, o, o.ref_model, "ref_model", store, hooks)
         return finish(prep, o, passes, t_start, store)
     finally:

@@ -52,9 +52,12 @@ def count_wins(chosen, rejected, groups=None, n_groups: int = 1, names=None) -> 
     groups = np.ascontiguousarray(groups, dtype=np.int64)
     counts, bad = _count_wins(chosen, rejected, groups, n_groups)
     if bad >= 0:
-        name = names[bad] if names is not None else f"prompt {bad}"
-        raise ScoreError(f"sample {name}: score is not a finite number "
-                         f"(chosen {chosen[bad].tolist()}, rejected {rejected[bad].tolist()})")
+        rows = np.flatnonzero(~(np.isfinite(chosen).all(1) & np.isfinite(rejected).all(1)))
+        label = [names[r] if names is not None else f"prompt {r}" for r in rows[:10]]
+        more = f" and {len(rows) - 10} more" if len(rows) > 10 else ""
+        raise ScoreError(f"{len(rows)} sample(s) have scores that are not finite numbers (NaN or infinite): "
+                         f"{', '.join(label)}{more}; first: chosen {chosen[bad].tolist()}, "
+                         f"rejected {rejected[bad].tolist()}")
     return counts
 
 

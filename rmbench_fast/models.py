@@ -79,20 +79,40 @@ def load_tokenizer(path: str, trust_remote_code: bool):
     return tok
 
 
-def load_model(path: str, mode: str, dtype: torch.dtype, device: torch.device, trust_remote_code: bool):
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
+
+
+def load_model(path: str, mode: str, dtype: torch.dtype, device: torch.device, trust_remote_code: bool,
+               allow_pickle_weights: bool = False):
+    """Load weights from safetensors; pickle-format weights (which can run code when loaded) only
+    with allow_pickle_weights."""
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # our own progress bar reports the work
     cls = AutoModelForSequenceClassification if mode == "rm" else AutoModelForCausalLM
+    local = Path(path)
+    if local.is_dir() and not allow_pickle_weights:
+        names = [p.name for p in local.iterdir()]
+        if not any(n.endswith(".safetensors") for n in names):
+            pickled = [n for n in names if n.endswith(PICKLE_SUFFIXES)]
+            if pickled:
+                raise UsageError(f"model {path}: weights are pickle files ({pickled[0]}), which can run code when "
+                                 "loaded; pass --allow-pickle-weights if you trust them, or convert them to "
+                                 "safetensors")
+    kw = {"trust_remote_code": trust_remote_code}
+    if not allow_pickle_weights:
+        kw["use_safetensors"] = True
     try:
-        model = cls.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
-    except TypeError:  # transformers < 4.56 names it torch_dtype
-        model = cls.from_pretrained(path, torch_dtype=dtype, trust_remote_code=trust_remote_code)
+        try:
+            model = cls.from_pretrained(path, dtype=dtype, **kw)
+        except TypeError:  # transformers < 4.56 names it torch_dtype
+            model = cls.from_pretrained(path, torch_dtype=dtype, **kw)
     except (OSError, ValueError) as e:
+        hint = "" if allow_pickle_weights else " (only safetensors weights load without --allow-pickle-weights)"
         raise UsageError(f"model {path}: cannot load it as {'a sequence classifier' if mode == 'rm' else 'a causal LM'}"
-                         f" ({' '.join(str(e).split())[:300]})") from None
+                         f" ({' '.join(str(e).split())[:300]}){hint}") from None
     return model.to(device).eval().requires_grad_(False)
 
 

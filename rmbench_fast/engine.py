@@ -270,6 +270,11 @@ def prepare(o: ScoreOptions, store: Store) -> Prepared:
     ref_free = None if (mode == "rm" or o.ref_model) else (o.ref_free or "avg")
     tok_path = o.tokenizer or o.model
     tokenizer = load_tokenizer(tok_path, o.trust_remote_code)
+    if mode == "dpo":
+        try:
+            _logprob_impl_used(o.logprob_impl, device)
+        except (RuntimeError, ValueError) as e:
+            raise UsageError(f"--logprob-impl {o.logprob_impl}: {e}") from None
     if mode == "dpo" and tokenizer.eos_token_id is None:
         raise UsageError(f"tokenizer {tok_path}: has no EOS token, which DPO scoring appends to every response")
     if o.ref_model:

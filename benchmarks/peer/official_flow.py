@@ -55,6 +55,23 @@ def style_dataset(items, k, tokenizer, conv):
     return ds.map(prepare_dialogue, fn_kwargs={"dialogue_template": conv})
 
 
+def score_files(files, tokenizer, conv, score_style):
+    """Each file, each style index as its own pass, as the official scripts do. score_style(ds)
+    returns (chosen scores, rejected scores, real tokens, padded tokens) of one style's dataset."""
+    tokens = padded = 0
+    results = []
+    for domain, items in files:
+        chosen, rejected = [[0.0] * 3 for _ in items], [[0.0] * 3 for _ in items]
+        for k in range(3):
+            cho, rej, real, pad = score_style(style_dataset(items, k, tokenizer, conv))
+            tokens, padded = tokens + real, padded + pad
+            for i, (c, r) in enumerate(zip(cho, rej)):
+                chosen[i][k], rejected[i][k] = c, r
+        results += [{**x, "domain": domain, "score_chosen": c, "score_rejected": r}
+                    for x, c, r in zip(items, chosen, rejected)]
+    return results, tokens, padded
+
+
 def run_rm(args, tokenizer, conv, files, dtype):
     from rewardbench.utils import check_tokenizer_chat_template
     from transformers import AutoModelForSequenceClassification, pipeline
@@ -71,23 +88,19 @@ def run_rm(args, tokenizer, conv, files, dtype):
         pipe.tokenizer.add_eos_token = True
     kwargs = {"batch_size": 8, "truncation": True, "padding": True, "max_length": 2048,
               "function_to_apply": "none", "return_token_type_ids": False}
-    tokens = padded = 0
-    results = []
-    for domain, items in files:
-        chosen, rejected = [[0.0] * 3 for _ in items], [[0.0] * 3 for _ in items]
-        for k in range(3):
-            ds = style_dataset(items, k, tokenizer, conv)
-            rej = pipe(list(ds["text_rejected"]), **kwargs)  # newer datasets return a Column
-            cho = pipe(list(ds["text_chosen"]), **kwargs)
-            for i, (c, r) in enumerate(zip(cho, rej)):
-                chosen[i][k], rejected[i][k] = c["score"], r["score"]
-            for texts in (list(ds["text_rejected"]), list(ds["text_chosen"])):
-                lens = [len(tokenizer(t, truncation=True, max_length=2048)["input_ids"]) for t in texts]
-                tokens += sum(lens)
-                padded += sum(len(lens[b:b + 8]) * max(lens[b:b + 8]) for b in range(0, len(lens), 8))
-        results += [{**x, "domain": domain, "score_chosen": c, "score_rejected": r}
-                    for x, c, r in zip(items, chosen, rejected)]
-    return results, tokens, padded
+
+    def score_style(ds):
+        texts_rej, texts_cho = list(ds["text_rejected"]), list(ds["text_chosen"])  # newer datasets: a Column
+        rej = [r["score"] for r in pipe(texts_rej, **kwargs)]
+        cho = [r["score"] for r in pipe(texts_cho, **kwargs)]
+        real = pad = 0
+        for texts in (texts_rej, texts_cho):  # the pipeline pads each batch of 8 to its longest
+            lens = [len(tokenizer(t, truncation=True, max_length=2048)["input_ids"]) for t in texts]
+            real += sum(lens)
+            pad += sum(len(lens[b:b + 8]) * max(lens[b:b + 8]) for b in range(0, len(lens), 8))
+        return cho, rej, real, pad
+
+    return score_files(files, tokenizer, conv, score_style)
 
 
 def run_dpo(args, tokenizer, conv, files, dtype):
@@ -108,32 +121,26 @@ def run_dpo(args, tokenizer, conv, files, dtype):
         ref.to(args.device)
     dpo = DPOInference(model, ref, tokenizer=tokenizer, accelerator=Accelerator(cpu=args.device == "cpu"),
                        ref_free_norm=args.ref_free)
-    tokens = padded = 0
-    results = []
-    for domain, items in files:
-        chosen, rejected = [[0.0] * 3 for _ in items], [[0.0] * 3 for _ in items]
-        for k in range(3):
-            ds = style_dataset(items, k, tokenizer, conv)
-            ds = ds.select_columns(["text_chosen", "text_rejected", "prompt"])
-            tokenized = ds.map(dpo.tokenize_row, remove_columns=list(ds.features))
-            lc = [len(x) for x in tokenized["chosen_input_ids"]]
-            lr = [len(x) for x in tokenized["rejected_input_ids"]]
-            tokens += sum(lc) + sum(lr)
-            # the collator pads chosen and rejected rows of a batch to one common length
-            padded += sum(2 * len(lc[b:b + 8]) * max(lc[b:b + 8] + lr[b:b + 8]) for b in range(0, len(lc), 8))
-            loader = torch.utils.data.DataLoader(
-                tokenized, batch_size=8, shuffle=False, drop_last=False,
-                collate_fn=DPODataCollatorWithPadding(pad_token_id=tokenizer.pad_token_id, label_pad_token_id=-100,
-                                                      is_encoder_decoder=False))
-            i = 0
-            for batch in loader:
-                rc, rr = dpo.inference_step(batch, ref_free=ref is None)
-                for c, r in zip(rc.float().tolist(), rr.float().tolist()):
-                    chosen[i][k], rejected[i][k] = c, r
-                    i += 1
-        results += [{**x, "domain": domain, "score_chosen": c, "score_rejected": r}
-                    for x, c, r in zip(items, chosen, rejected)]
-    return results, tokens, padded
+    collate = DPODataCollatorWithPadding(pad_token_id=tokenizer.pad_token_id, label_pad_token_id=-100,
+                                         is_encoder_decoder=False)
+
+    def score_style(ds):
+        ds = ds.select_columns(["text_chosen", "text_rejected", "prompt"])
+        tokenized = ds.map(dpo.tokenize_row, remove_columns=list(ds.features))
+        lc = [len(x) for x in tokenized["chosen_input_ids"]]
+        lr = [len(x) for x in tokenized["rejected_input_ids"]]
+        # the collator pads the chosen and rejected rows of a batch to one common length
+        pad = sum(2 * len(lc[b:b + 8]) * max(lc[b:b + 8] + lr[b:b + 8]) for b in range(0, len(lc), 8))
+        loader = torch.utils.data.DataLoader(tokenized, batch_size=8, shuffle=False, drop_last=False,
+                                             collate_fn=collate)
+        cho, rej = [], []
+        for batch in loader:
+            rc, rr = dpo.inference_step(batch, ref_free=ref is None)
+            cho += rc.float().tolist()
+            rej += rr.float().tolist()
+        return cho, rej, sum(lc) + sum(lr), pad
+
+    return score_files(files, tokenizer, conv, score_style)
 
 
 def main():

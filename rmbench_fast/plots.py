@@ -22,21 +22,23 @@ def plot_matrices(summary: dict, path) -> Path:
     fraction of prompts where the chosen response scored higher."""
     plt = _pyplot()
     domains = list(summary["domains"])
-    fig, axes = plt.subplots(1, len(domains), figsize=(3.4 * len(domains), 3.3), squeeze=False)
-    for ax, d in zip(axes[0], domains):
+    fig, axes = plt.subplots(1, len(domains), figsize=(3.3 * len(domains) + 1.2, 3.5), squeeze=False,
+                             layout="constrained")
+    for k, (ax, d) in enumerate(zip(axes[0], domains)):
         m = summary["matrices"][d]
         im = ax.imshow(m, vmin=0, vmax=1, cmap="RdYlGn")
         for i in range(3):
             for j in range(3):
                 ax.text(j, i, f"{100 * m[i][j]:.0f}", ha="center", va="center", fontsize=10)
         ax.set_xticks(range(3), STYLE_LABELS, fontsize=8)
-        ax.set_yticks(range(3), STYLE_LABELS, fontsize=8)
+        ax.set_yticks(range(3), STYLE_LABELS if k == 0 else [], fontsize=8)
         ax.set_xlabel("rejected style", fontsize=8)
-        ax.set_ylabel("chosen style", fontsize=8)
+        if k == 0:
+            ax.set_ylabel("chosen style", fontsize=8)
         acc = summary["domains"][d]
         ax.set_title(f"{d}: avg {100 * acc['avg']:.1f}\nhard {100 * acc['hard']:.0f} / normal "
                      f"{100 * acc['normal']:.0f} / easy {100 * acc['easy']:.0f}", fontsize=9)
-    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="accuracy")
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.85, label="accuracy")
     path = Path(path)
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import json
 import os
 import platform
 import sys
@@ -16,59 +15,21 @@ import torch
 
 from . import __version__
 from .batching import Batch, make_batches, token_counts
-from .data import HUB_DEFAULT, STYLES, Sample, load_dataset
+from .checks import (check_kind, check_options, check_output, check_reference, context_check, logprob_impl_used,
+                     sequence_name)
+from .data import Sample, load_dataset
 from .errors import UsageError
 from .fingerprints import (data_fingerprint, default_cache_root, model_fingerprint, sha256_text,
                            tokenizer_fingerprint)
 from .metrics import summarize
 from .models import detect_mode, load_config, load_model, load_tokenizer, resolve_device, resolve_dtype
+from .options import ScoreOptions
 from .results import atomic_write_json, write_results
-from .scorers.dpo import LOGPROB_IMPLS, dpo_rewards, sequence_logprob_stats
+from .scorers.dpo import dpo_rewards, sequence_logprob_stats
 from .scorers.rm import pick_label, score_rm
 from .store import Store
 from .templates import ChatFormat
 from .tokenize import OFFICIAL_MAX_LENGTH, Encoded, encode_dpo, encode_rm, official_tokenizer_class, rm_appends_eos
-
-REF_FREE = ("sum", "avg", "norm")
-DEFAULT_MAX_TOKENS = 16384
-
-
-@dataclass
-class ScoreOptions:
-    model: str
-    data: str = HUB_DEFAULT
-    output: str | None = None
-    ref_model: str | None = None
-    mode: str = "auto"  # auto | rm | dpo
-    ref_free: str | None = None  # sum | avg | norm; DPO without a reference (default avg)
-    tokenizer: str | None = None
-    chat_template: str | None = None
-    dtype: str | None = None
-    device: str | None = None
-    max_tokens_per_batch: int = DEFAULT_MAX_TOKENS
-    max_batch_size: int | None = None
-    compat: str | None = None  # "official": the official truncation and top-label score
-    trust_remote_code: bool = False
-    limit: int | None = None
-    domains: tuple = ()
-    label_index: int | None = None
-    logprob_impl: str = "auto"  # auto | triton | torch | plain (DPO log-prob path)
-    cache: bool = True  # the result store: reuse finished work, resume interrupted work
-    cache_dir: str | None = None  # default: $RMBENCH_CACHE/store or ~/.cache/rmbench-fast/store
-    engine: str = "local"  # local | ray
-    ray_address: str | None = None
-    num_workers: int = 2
-    gpus_per_worker: float = 0.0
-    overwrite: bool = False  # replace another run's results in `output`
-    allow_pickle_weights: bool = False  # pickle weights (.bin) can run code when loaded
-    progress: bool = True
-
-
-# The options that decide what a run's numbers are: a folder holding results of other values is
-# another run's.
-SCORED_OPTIONS = ("model", "ref_model", "mode", "ref_free", "data", "tokenizer", "chat_template", "dtype", "compat",
-                  "label_index", "limit", "domains")
-
 
 @dataclass
 class ScoreRun:
@@ -84,27 +45,6 @@ def sequence_index(p: int, style: int, rejected: bool) -> int:
     return 6 * p + 2 * style + int(rejected)
 
 
-def _check_options(o: ScoreOptions):
-    if o.mode not in ("auto", "rm", "dpo"):
-        raise UsageError(f"--mode {o.mode}: expected auto, rm or dpo")
-    if o.ref_free is not None and o.ref_free not in REF_FREE:
-        raise UsageError(f"--ref-free {o.ref_free}: expected one of {', '.join(REF_FREE)}")
-    if o.ref_free is not None and o.ref_model is not None:
-        raise UsageError("--ref-free and --ref-model exclude each other: the reference-free rewards use no reference")
-    if o.engine not in ("local", "ray"):
-        raise UsageError(f"--engine {o.engine}: expected local or ray")
-    if o.num_workers < 1:
-        raise UsageError("--num-workers must be at least 1")
-    if o.compat not in (None, "official"):
-        raise UsageError(f"--compat {o.compat}: the only compatibility mode is 'official'")
-    if o.logprob_impl not in LOGPROB_IMPLS:
-        raise UsageError(f"--logprob-impl {o.logprob_impl}: expected one of {', '.join(LOGPROB_IMPLS)}")
-    if o.max_tokens_per_batch < 1:
-        raise UsageError("--max-tokens-per-batch must be at least 1")
-    if o.max_batch_size is not None and o.max_batch_size < 1:
-        raise UsageError("--max-batch-size must be at least 1")
-
-
 def build_sequences(samples, tokenizer, fmt: ChatFormat, mode: str, compat: bool, tokenizer_path=None
                     ) -> list[Encoded]:
     """Every sequence of the run, at sequence_index(p, style, rejected)."""
@@ -118,11 +58,6 @@ def build_sequences(samples, tokenizer, fmt: ChatFormat, mode: str, compat: bool
 
 
 OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
-
-
-def sequence_name(samples, i: int) -> str:
-    """How errors name sequence i of a run: sample, side and style."""
-    return f"sample {samples[i // 6].name}, {'rejected' if i % 2 else 'chosen'} {STYLES[(i % 6) // 2]}"
 
 
 def _run_batches(run, batches, prep: Prepared) -> None:
@@ -141,63 +76,6 @@ def _run_batches(run, batches, prep: Prepared) -> None:
                                  ) from None
             sub = make_batches(prep.lengths[batch.indices], max(1, batch.padded_tokens // 2))
             _run_batches(run, [Batch(batch.indices[b.indices], b.max_len) for b in sub], prep)
-
-
-def _check_kind(path: str, config, mode: str, what: str) -> None:
-    """A sequence classifier given as a DPO model, or a causal LM as a reward model, is an error."""
-    archs = getattr(config, "architectures", None) or []
-    if not archs:
-        return
-    is_rm = any(a.endswith("ForSequenceClassification") for a in archs)
-    if mode == "dpo" and is_rm:
-        raise UsageError(f"{what} {path} is a sequence classifier ({archs[0]}): it has no language-model head to "
-                         f"score as a DPO {'policy' if what == 'model' else 'reference'}; use --mode rm")
-    if mode == "rm" and not is_rm:
-        raise UsageError(f"{what} {path} is not a sequence classifier ({archs[0]}): score it as a DPO model "
-                         "(--mode dpo) or give a reward model")
-
-
-def _check_reference(o: ScoreOptions, config, tokenizer) -> None:
-    ref_config = load_config(o.ref_model, o.trust_remote_code)
-    _check_kind(o.ref_model, ref_config, "dpo", "reference model")
-    if getattr(ref_config, "vocab_size", None) != getattr(config, "vocab_size", None):
-        raise UsageError(f"policy and reference vocabularies differ ({config.vocab_size} vs {ref_config.vocab_size}): "
-                         "they must share one tokenizer")
-    ref_dir = Path(o.ref_model)
-    if ref_dir.is_dir() and any((ref_dir / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
-        ref_tok = load_tokenizer(o.ref_model, o.trust_remote_code)
-        if ref_tok.get_vocab() != tokenizer.get_vocab():
-            raise UsageError(f"policy and reference tokenizers differ ({o.model} vs {o.ref_model}): the reference's "
-                             "log-probs must be of the same tokens")
-
-
-def _check_output(o: ScoreOptions) -> None:
-    """Refuse to mix runs: an output folder holding another run's results (different options) is an
-    error unless --overwrite. The same command again is fine (it resumes or reuses)."""
-    out = Path(o.output)
-    run_file, results_file = out / "run.json", out / "results.json"
-    if not (run_file.exists() or results_file.exists()) or o.overwrite:
-        return
-    try:
-        before = json.loads(run_file.read_text())["options"]
-    except (OSError, ValueError, KeyError, TypeError):
-        raise UsageError(f"--output {o.output}: holds results.json of an unknown run; pass --overwrite to replace "
-                         "it") from None
-    now = asdict(o)
-    changed = [k for k in SCORED_OPTIONS if json.dumps(before.get(k)) != json.dumps(now.get(k))]
-    if changed:
-        raise UsageError(f"--output {o.output}: holds another run's results (different {', '.join(changed)}); "
-                         "pass --overwrite to replace them, or choose another folder")
-
-
-def _context_check(samples, seqs: list[Encoded], config, compat: bool):
-    limit = getattr(config, "max_position_embeddings", None)
-    if compat or not limit:
-        return
-    for i, e in enumerate(seqs):
-        if len(e.ids) > limit:
-            raise UsageError(f"{sequence_name(samples, i)}: {len(e.ids)} tokens exceed the model's context length "
-                             f"{limit}; use --compat official to truncate as the official scripts do")
 
 
 class _Progress:
@@ -255,14 +133,14 @@ def open_store(o: ScoreOptions) -> Store:
 
 def prepare(o: ScoreOptions, store: Store) -> Prepared:
     """data -> templates -> tokenize -> batch, with the tokenized inputs cached in the store."""
-    _check_options(o)
+    check_options(o)
     compat = o.compat == "official"
     device = resolve_device(o.device)
     dtype = resolve_dtype(o.dtype, device)
     samples = load_dataset(o.data, domains=o.domains, limit=o.limit)
     config = load_config(o.model, o.trust_remote_code)
     mode = detect_mode(config) if o.mode == "auto" else o.mode
-    _check_kind(o.model, config, mode, "model")
+    check_kind(o.model, config, mode, "model")
     if mode == "rm" and o.ref_model is not None:
         raise UsageError("--ref-model is for DPO models; the model is a sequence classifier (rm mode)")
     if mode == "rm" and o.ref_free is not None:
@@ -272,13 +150,13 @@ def prepare(o: ScoreOptions, store: Store) -> Prepared:
     tokenizer = load_tokenizer(tok_path, o.trust_remote_code)
     if mode == "dpo":
         try:
-            _logprob_impl_used(o.logprob_impl, device)
+            logprob_impl_used(o.logprob_impl, device)
         except (RuntimeError, ValueError) as e:
             raise UsageError(f"--logprob-impl {o.logprob_impl}: {e}") from None
     if mode == "dpo" and tokenizer.eos_token_id is None:
         raise UsageError(f"tokenizer {tok_path}: has no EOS token, which DPO scoring appends to every response")
     if o.ref_model:
-        _check_reference(o, config, tokenizer)
+        check_reference(o, config, tokenizer)
     fmt = ChatFormat(tokenizer, o.chat_template)
 
     t0 = time.perf_counter()
@@ -294,7 +172,7 @@ def prepare(o: ScoreOptions, store: Store) -> Prepared:
         if tok_key:
             store.put(tok_key, _pack_seqs(seqs))
     tokenize_s = time.perf_counter() - t0
-    _context_check(samples, seqs, config, compat)
+    context_check(samples, seqs, config, compat)
     lengths = np.array([len(e.ids) for e in seqs], dtype=np.int64)
     batches = make_batches(lengths, o.max_tokens_per_batch, o.max_batch_size)
     pad_id = tokenizer.eos_token_id  # the official DPO flow pads with EOS
@@ -334,7 +212,7 @@ def model_pass(prep: Prepared, o: ScoreOptions, model_path: str, role: str, stor
         flush_every_s = float(os.environ.get("RMBENCH_FLUSH_SECONDS", "5"))
     fp = model_fingerprint(model_path, store.hashes)
     store.hashes.save()
-    impl = _logprob_impl_used(o.logprob_impl, prep.device) if prep.mode == "dpo" else None
+    impl = logprob_impl_used(o.logprob_impl, prep.device) if prep.mode == "dpo" else None
     label = pick_label(prep.config.num_labels, o.label_index, o.compat == "official") if prep.mode == "rm" else None
     key = None
     if fp["sha256"] and prep.tok_key:
@@ -408,7 +286,7 @@ def model_pass(prep: Prepared, o: ScoreOptions, model_path: str, role: str, stor
         raise
     finally:
         progress.close()
-        del model
+        model = None  # free it before the next pass loads
         gc.collect()
     if key:
         store.put(key, arrays)
@@ -443,7 +321,7 @@ def finish(prep: Prepared, o: ScoreOptions, passes: dict, t_start: float, store:
         "chat_template": prep.fmt.name,
         "device": str(prep.device),
         "dtype": str(prep.dtype).replace("torch.", ""),
-        "logprob_impl": _logprob_impl_used(o.logprob_impl, prep.device) if prep.mode == "dpo" else None,
+        "logprob_impl": logprob_impl_used(o.logprob_impl, prep.device) if prep.mode == "dpo" else None,
         "models": {role: {k: v for k, v in p.info.items() if k != "key"} for role, p in passes.items()},
         "versions": _versions(),
         "machine": {"platform": platform.platform(), "python": platform.python_version(),
@@ -479,7 +357,7 @@ def score(o: ScoreOptions, store: Store | None = None, hooks=None) -> ScoreRun:
     store = store or open_store(o)
     try:
         if o.output:
-            _check_output(o)
+            check_output(o)
         prep = prepare(o, store)
         passes = {"model": model_pass(prep, o, o.model, "model", store, hooks)}
         if o.ref_model:
@@ -488,12 +366,6 @@ def score(o: ScoreOptions, store: Store | None = None, hooks=None) -> ScoreRun:
     finally:
         if own_store:
             store.close()
-
-
-def _logprob_impl_used(impl: str, device) -> str:
-    from .kernels import resolve_impl
-
-    return impl if impl == "plain" else resolve_impl(impl, device)
 
 
 def _versions() -> dict:

@@ -1,0 +1,104 @@
+"""Checks before any work: options, models, tokenizers and output folders that do not fit
+together are one-line UsageErrors naming what and where, raised before a model pass starts."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from .data import STYLES
+from .errors import UsageError
+from .models import load_config, load_tokenizer
+from .options import REF_FREE, SCORED_OPTIONS, ScoreOptions
+from .scorers.dpo import LOGPROB_IMPLS
+from .tokenize import Encoded
+
+
+def check_options(o: ScoreOptions):
+    if o.mode not in ("auto", "rm", "dpo"):
+        raise UsageError(f"--mode {o.mode}: expected auto, rm or dpo")
+    if o.ref_free is not None and o.ref_free not in REF_FREE:
+        raise UsageError(f"--ref-free {o.ref_free}: expected one of {', '.join(REF_FREE)}")
+    if o.ref_free is not None and o.ref_model is not None:
+        raise UsageError("--ref-free and --ref-model exclude each other: the reference-free rewards use no reference")
+    if o.engine not in ("local", "ray"):
+        raise UsageError(f"--engine {o.engine}: expected local or ray")
+    if o.num_workers < 1:
+        raise UsageError("--num-workers must be at least 1")
+    if o.compat not in (None, "official"):
+        raise UsageError(f"--compat {o.compat}: the only compatibility mode is 'official'")
+    if o.logprob_impl not in LOGPROB_IMPLS:
+        raise UsageError(f"--logprob-impl {o.logprob_impl}: expected one of {', '.join(LOGPROB_IMPLS)}")
+    if o.max_tokens_per_batch < 1:
+        raise UsageError("--max-tokens-per-batch must be at least 1")
+    if o.max_batch_size is not None and o.max_batch_size < 1:
+        raise UsageError("--max-batch-size must be at least 1")
+
+
+def sequence_name(samples, i: int) -> str:
+    """How errors name sequence i of a run: sample, side and style."""
+    return f"sample {samples[i // 6].name}, {'rejected' if i % 2 else 'chosen'} {STYLES[(i % 6) // 2]}"
+
+
+def check_kind(path: str, config, mode: str, what: str) -> None:
+    """A sequence classifier given as a DPO model, or a causal LM as a reward model, is an error."""
+    archs = getattr(config, "architectures", None) or []
+    if not archs:
+        return
+    is_rm = any(a.endswith("ForSequenceClassification") for a in archs)
+    if mode == "dpo" and is_rm:
+        raise UsageError(f"{what} {path} is a sequence classifier ({archs[0]}): it has no language-model head to "
+                         f"score as a DPO {'policy' if what == 'model' else 'reference'}; use --mode rm")
+    if mode == "rm" and not is_rm:
+        raise UsageError(f"{what} {path} is not a sequence classifier ({archs[0]}): score it as a DPO model "
+                         "(--mode dpo) or give a reward model")
+
+
+def check_reference(o: ScoreOptions, config, tokenizer) -> None:
+    ref_config = load_config(o.ref_model, o.trust_remote_code)
+    check_kind(o.ref_model, ref_config, "dpo", "reference model")
+    if getattr(ref_config, "vocab_size", None) != getattr(config, "vocab_size", None):
+        raise UsageError(f"policy and reference vocabularies differ ({config.vocab_size} vs {ref_config.vocab_size}): "
+                         "they must share one tokenizer")
+    ref_dir = Path(o.ref_model)
+    if ref_dir.is_dir() and any((ref_dir / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
+        ref_tok = load_tokenizer(o.ref_model, o.trust_remote_code)
+        if ref_tok.get_vocab() != tokenizer.get_vocab():
+            raise UsageError(f"policy and reference tokenizers differ ({o.model} vs {o.ref_model}): the reference's "
+                             "log-probs must be of the same tokens")
+
+
+def check_output(o: ScoreOptions) -> None:
+    """Refuse to mix runs: an output folder holding another run's results (different options) is an
+    error unless --overwrite. The same command again is fine (it resumes or reuses)."""
+    out = Path(o.output)
+    run_file, results_file = out / "run.json", out / "results.json"
+    if not (run_file.exists() or results_file.exists()) or o.overwrite:
+        return
+    try:
+        before = json.loads(run_file.read_text())["options"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise UsageError(f"--output {o.output}: holds results.json of an unknown run; pass --overwrite to replace "
+                         "it") from None
+    now = asdict(o)
+    changed = [k for k in SCORED_OPTIONS if json.dumps(before.get(k)) != json.dumps(now.get(k))]
+    if changed:
+        raise UsageError(f"--output {o.output}: holds another run's results (different {', '.join(changed)}); "
+                         "pass --overwrite to replace them, or choose another folder")
+
+
+def context_check(samples, seqs: list[Encoded], config, compat: bool):
+    limit = getattr(config, "max_position_embeddings", None)
+    if compat or not limit:
+        return
+    for i, e in enumerate(seqs):
+        if len(e.ids) > limit:
+            raise UsageError(f"{sequence_name(samples, i)}: {len(e.ids)} tokens exceed the model's context length "
+                             f"{limit}; use --compat official to truncate as the official scripts do")
+
+
+def logprob_impl_used(impl: str, device) -> str:
+    from .kernels import resolve_impl
+
+    return impl if impl == "plain" else resolve_impl(impl, device)

@@ -1,0 +1,47 @@
+"""What a run is asked to do: the options of `score` and `sweep`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .data import HUB_DEFAULT
+
+REF_FREE = ("sum", "avg", "norm")
+DEFAULT_MAX_TOKENS = 16384
+
+
+@dataclass
+class ScoreOptions:
+    model: str
+    data: str = HUB_DEFAULT
+    output: str | None = None
+    ref_model: str | None = None
+    mode: str = "auto"  # auto | rm | dpo
+    ref_free: str | None = None  # sum | avg | norm; DPO without a reference (default avg)
+    tokenizer: str | None = None
+    chat_template: str | None = None
+    dtype: str | None = None
+    device: str | None = None
+    max_tokens_per_batch: int = DEFAULT_MAX_TOKENS
+    max_batch_size: int | None = None
+    compat: str | None = None  # "official": the official truncation and top-label score
+    trust_remote_code: bool = False
+    limit: int | None = None
+    domains: tuple = ()
+    label_index: int | None = None
+    logprob_impl: str = "auto"  # auto | triton | torch | plain (DPO log-prob path)
+    cache: bool = True  # the result store: reuse finished work, resume interrupted work
+    cache_dir: str | None = None  # default: $RMBENCH_CACHE/store or ~/.cache/rmbench-fast/store
+    engine: str = "local"  # local | ray
+    ray_address: str | None = None
+    num_workers: int = 2
+    gpus_per_worker: float = 0.0
+    overwrite: bool = False  # replace another run's results in `output`
+    allow_pickle_weights: bool = False  # pickle weights (.bin) can run code when loaded
+    progress: bool = True
+
+
+# The options that decide what a run's numbers are: a folder holding results of other values is
+# another run's.
+SCORED_OPTIONS = ("model", "ref_model", "mode", "ref_free", "data", "tokenizer", "chat_template", "dtype", "compat",
+                  "label_index", "limit", "domains")

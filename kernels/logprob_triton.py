@@ -105,6 +105,8 @@ def default_blocks(h: torch.Tensor) -> tuple[int, int, int, int]:
     tiles on the GPU."""
     if _interpreting() or h.device.type != "cuda":
         return 16, 32, 16, 4
+    if h.dtype == torch.float32:  # no tensor cores for exact fp32: smaller tiles keep shared memory in bounds
+        return 64, 64, 32, 4
     return 128, 128, 64, 8
 
 

@@ -9,7 +9,6 @@ overall = mean of the domain avgs present; top-level hard/normal/easy = means ov
 
 from __future__ import annotations
 
-import math
 
 import numba
 import numpy as np
@@ -151,6 +150,3 @@ def format_table(summary: dict) -> str:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
-
-def is_finite(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

@@ -185,7 +185,7 @@ def test_same_command_same_bytes(world, tmp_path):
 def test_sigkill_at_random_points_then_resume(world, tmp_path):
     """A real process killed with SIGKILL mid-run; the same command again ends with the same bytes
     as an uninterrupted run."""
-    big = build_model("lm", llama_config(vocab_size=300, hidden=64, layers=2, heads=4), 11)
+    big = build_model("lm", llama_config(vocab_size=300, hidden=256, layers=4, heads=4), 11)  # a few seconds of work
     tok = train_tokenizer([json.dumps(make_item(i)) for i in range(30)], vocab_size=300)
     model = str(save_model(big, tok, tmp_path / "model"))
     env = {**os.environ, "RMBENCH_FLUSH_SECONDS": "0", "RMBENCH_CACHE": str(tmp_path / "cache")}
@@ -203,7 +203,7 @@ def test_sigkill_at_random_points_then_resume(world, tmp_path):
         # wait until the run has saved some progress (a partial entry), then a random moment more
         while proc.poll() is None and time.time() < deadline and not any(partial.rglob("*.npz")):
             time.sleep(0.02)
-        time.sleep(rng.uniform(0.0, 0.3))
+        time.sleep(rng.uniform(0.0, 0.2))
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             killed_mid_run += 1

@@ -76,6 +76,9 @@ def build_model(kind: str, config, seed: int):
 
 
 def save_model(model, tokenizer, dest) -> Path:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # no "Writing model shards" bars for tiny models
     dest = Path(dest)
     model.save_pretrained(dest)
     save_tokenizer(tokenizer, dest)

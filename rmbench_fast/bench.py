@@ -143,7 +143,7 @@ def main(data: str, limit: int, rounds: int, modes, out: str | None, model_dir: 
                 f = _spawn_wait4(off_cmd, env)
                 run = json.loads((ours_out / "run.json").read_text())
                 off_info = json.loads(f["stdout"].strip().splitlines()[-1])
-                lengths = _sequence_lengths(ours_out, run)
+                lengths = _sequence_lengths(run)
                 flops = model_flops(run, cfg, mode, lengths["lengths"], lengths["scored"])
                 tokens = run["real_tokens"] * run["passes"]
                 rows[mode]["ours"].append({"wall_s": o["wall_s"], "peak_rss_mib": o["peak_rss_mib"],
@@ -203,18 +203,15 @@ def main(data: str, limit: int, rounds: int, modes, out: str | None, model_dir: 
     return result
 
 
-def _sequence_lengths(run_dir: Path, run: dict) -> dict:
-    """Sequence lengths and scored-token count of a finished run, recomputed from its inputs."""
-    from .data import load_dataset
-    from .engine import build_sequences
-    from .models import load_tokenizer
-    from .templates import ChatFormat
+def _sequence_lengths(run: dict) -> dict:
+    """Sequence lengths and scored-token count of a finished run: its inputs prepared again from
+    the options it recorded (the same tokenization, from the engine itself)."""
+    from .engine import prepare
+    from .options import ScoreOptions
+    from .store import Store
 
-    o = run["options"]
-    tok = load_tokenizer(o["model"], False)
-    samples = load_dataset(o["data"], domains=o["domains"], limit=o["limit"])
-    seqs = build_sequences(samples, tok, ChatFormat(tok, o["chat_template"]), run["mode"], bool(o["compat"]), o["model"])
-    return {"lengths": [len(e.ids) for e in seqs], "scored": sum(len(e.ids) - e.start for e in seqs)}
+    prep = prepare(ScoreOptions(**run["options"]), Store(None))
+    return {"lengths": prep.lengths.tolist(), "scored": sum(len(e.ids) - e.start for e in prep.seqs)}
 
 
 def markdown_table(result: dict) -> str:

@@ -194,17 +194,16 @@ def _scoring_options(f):
 
 
 def _options(model, output, kw):
-    from .engine import ScoreOptions
+    """ScoreOptions from the shared options: same names, except --no-cache, --quiet and --domains."""
+    from dataclasses import fields
 
-    return ScoreOptions(
-        model=model, output=output, ref_model=kw["ref_model"], mode=kw["mode"], ref_free=kw["ref_free"],
-        data=kw["data"], tokenizer=kw["tokenizer"], chat_template=kw["chat_template"], dtype=kw["dtype"],
-        device=kw["device"], max_tokens_per_batch=kw["max_tokens_per_batch"], max_batch_size=kw["max_batch_size"],
-        compat=kw["compat"], label_index=kw["label_index"], logprob_impl=kw["logprob_impl"],
-        trust_remote_code=kw["trust_remote_code"], limit=kw["limit"], domains=tuple(kw["domains"]),
-        cache=not kw["no_cache"], cache_dir=kw["cache_dir"], engine=kw["engine"], ray_address=kw["ray_address"],
-        num_workers=kw["num_workers"], gpus_per_worker=kw["gpus_per_worker"], overwrite=kw["overwrite"],
-        allow_pickle_weights=kw["allow_pickle_weights"], progress=not kw["quiet"])
+    from .options import ScoreOptions
+
+    names = {f.name for f in fields(ScoreOptions)}
+    given = {k: v for k, v in kw.items() if k in names}
+    given.update(model=model, output=output, domains=tuple(kw["domains"]), cache=not kw["no_cache"],
+                 progress=not kw["quiet"])
+    return ScoreOptions(**given)
 
 
 @main.command()

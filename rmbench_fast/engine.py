@@ -31,6 +31,7 @@ from .store import Store
 from .templates import ChatFormat
 from .tokenize import OFFICIAL_MAX_LENGTH, Encoded, encode_dpo, encode_rm, official_tokenizer_class, rm_appends_eos
 
+
 @dataclass
 class ScoreRun:
     samples: list[Sample]
@@ -262,24 +263,21 @@ def model_pass(prep: Prepared, o: ScoreOptions, model_path: str, role: str, stor
             model = load_model(model_path, prep.mode, prep.dtype, prep.device, o.trust_remote_code,
                                o.allow_pickle_weights)
             info.update({"class": type(model).__name__, "parameters": sum(p.numel() for p in model.parameters())})
+            seqs = [e.ids for e in prep.seqs]
             if prep.mode == "rm":
                 if model.config.pad_token_id is None:  # as the official script: pool at the last non-pad token
                     model.config.pad_token_id = prep.pad_id
-                seqs = [e.ids for e in prep.seqs]
 
                 def run(batch_list):
                     score_rm(model, seqs, batch_list, prep.pad_id, prep.device, label, arrays["scores"], on_batch)
-
-                _run_batches(run, todo, prep)
             else:
-                seqs, starts = [e.ids for e in prep.seqs], [e.start for e in prep.seqs]
+                starts = [e.start for e in prep.seqs]
                 out = (arrays["total"], arrays["count"], arrays["sumsq"])
 
                 def run(batch_list):
                     sequence_logprob_stats(model, seqs, starts, batch_list, prep.pad_id, prep.device, out, on_batch,
                                            o.logprob_impl)
-
-                _run_batches(run, todo, prep)
+            _run_batches(run, todo, prep)
     except BaseException:
         if int(done.sum()) > resumed:
             flush()  # nothing finished is lost

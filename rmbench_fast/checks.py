@@ -34,6 +34,8 @@ def check_options(o: ScoreOptions):
         raise UsageError("--max-tokens-per-batch must be at least 1")
     if o.max_batch_size is not None and o.max_batch_size < 1:
         raise UsageError("--max-batch-size must be at least 1")
+    if o.prefix_cache_mb is not None and o.prefix_cache_mb < 1:
+        raise UsageError("--prefix-cache-mb must be at least 1")
 
 
 def sequence_name(samples, i: int) -> str:

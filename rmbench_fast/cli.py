@@ -168,6 +168,14 @@ def _scoring_options(f):
         click.option("--logprob-impl", type=click.Choice(["auto", "triton", "torch", "plain"]), default="auto",
                      show_default=True, help="DPO log-prob path: the fused Triton kernel (GPU), its chunked "
                      "torch twin (CPU), or plain (the model's full logits). auto: triton on CUDA, torch otherwise."),
+        click.option("--share-prefix/--no-share-prefix", default=False, show_default=True,
+                     help="Causal decoders: run each prompt's shared prefix (its six sequences start with the "
+                          "same templated prompt) once, and the responses on top of its KV cache. Saves the "
+                          "prompt tokens (13-16%% on RM-Bench) at the cost of masked attention over the cache; "
+                          "on CPU at RM-Bench's prompt lengths the two about cancel (see README)."),
+        click.option("--prefix-cache-mb", type=int, default=None,
+                     help="Memory for shared-prefix KV caches at a time; prompts are taken in waves that fit "
+                          "[default: 1024 on CPU, a tenth of the GPU's memory]."),
         click.option("--trust-remote-code", is_flag=True,
                      help="Allow code shipped with the model to run (off by default)."),
         click.option("--limit", type=int, default=None, help="Only the first N prompts of each domain."),

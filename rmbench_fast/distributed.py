@@ -79,9 +79,11 @@ class _Worker:
     def pid(self) -> int:
         return os.getpid()
 
-    def score_unit(self, seqs, starts, batches):
-        """seqs / starts: the unit's sequences; batches: index arrays into them (with max lengths)."""
+    def score_unit(self, seqs, starts, batches, plan=None, max_tokens=None):
+        """seqs / starts: the unit's sequences; batches: index arrays into them (with max lengths);
+        plan: the unit's (prefix, group, wave) arrays when prompt prefixes are shared."""
         from .batching import Batch
+        from .prefix import PrefixKV, PrefixPlan
 
         _maybe_die()
         from .scorers.dpo import sequence_logprob_stats
@@ -89,12 +91,17 @@ class _Worker:
 
         n = len(seqs)
         local = [Batch(np.asarray(ix), m) for ix, m in batches]
+        prefix = None
+        if plan is not None:
+            prefix = PrefixKV(self.model, seqs, PrefixPlan(*map(np.asarray, plan)), np.arange(n), self.pad_id,
+                              self.device, max_tokens)
         if self.mode == "rm":
             scores = np.zeros(n)
-            score_rm(self.model, seqs, local, self.pad_id, self.device, self.label, scores)
+            score_rm(self.model, seqs, local, self.pad_id, self.device, self.label, scores, None, prefix)
             return {"scores": scores}
         out = (np.zeros(n), np.zeros(n), np.zeros(n))
-        sequence_logprob_stats(self.model, seqs, starts, local, self.pad_id, self.device, out, None, self.impl)
+        sequence_logprob_stats(self.model, seqs, starts, local, self.pad_id, self.device, out, None, self.impl,
+                               prefix)
         return {"total": out[0], "count": out[1], "sumsq": out[2]}
 
 
@@ -156,7 +163,10 @@ def run_pass_on_ray(cfg: RayConfig, prep, o, model_path: str, label, todo, array
                 index = np.concatenate([b.indices for b in unit])
                 where = {int(g): j for j, g in enumerate(index)}
                 local = [([where[int(g)] for g in b.indices], b.max_len) for b in unit]
-                fut = actor.score_unit.remote([ids[g] for g in index], [starts[g] for g in index], local)
+                plan = None if prep.plan is None else (prep.plan.prefix[index], prep.plan.group[index],
+                                                       prep.plan.wave[index])
+                fut = actor.score_unit.remote([ids[g] for g in index], [starts[g] for g in index], local, plan,
+                                              o.max_tokens_per_batch)
                 running[fut] = (k, unit, actor, index)
             done, _ = ray.wait(list(running), num_returns=1)
             fut = done[0]

@@ -22,8 +22,11 @@ from .errors import UsageError
 from .fingerprints import (data_fingerprint, default_cache_root, model_fingerprint, sha256_text,
                            tokenizer_fingerprint)
 from .metrics import summarize
-from .models import detect_mode, load_config, load_model, load_tokenizer, resolve_device, resolve_dtype
+from .models import (detect_mode, is_causal_decoder, load_config, load_model, load_tokenizer, resolve_device,
+                     resolve_dtype)
 from .options import ScoreOptions
+from .prefix import (PrefixKV, PrefixPlan, default_budget_bytes, kv_bytes_per_token, plan_batches, plan_prefixes,
+                     readout_limits)
 from .results import atomic_write_json, write_results
 from .scorers.dpo import dpo_rewards, sequence_logprob_stats
 from .scorers.rm import pick_label, score_rm
@@ -75,7 +78,7 @@ def _run_batches(run, batches, prep: Prepared) -> None:
                 raise UsageError(f"out of memory scoring {sequence_name(prep.samples, i)} ({prep.lengths[i]} tokens) "
                                  "alone: use a smaller --dtype, a bigger device, or --compat official to truncate"
                                  ) from None
-            sub = make_batches(prep.lengths[batch.indices], max(1, batch.padded_tokens // 2))
+            sub = make_batches(prep.batch_lengths[batch.indices], max(1, batch.padded_tokens // 2))
             _run_batches(run, [Batch(batch.indices[b.indices], b.max_len) for b in sub], prep)
 
 
@@ -118,6 +121,8 @@ class Prepared:
     seqs: list[Encoded]
     lengths: np.ndarray
     batches: list
+    plan: PrefixPlan | None  # shared prompt prefixes; then batches hold suffixes
+    batch_lengths: np.ndarray  # what the batches were cut from: lengths, less shared prefixes
     device: torch.device
     dtype: torch.dtype
     pad_id: int
@@ -175,12 +180,23 @@ def prepare(o: ScoreOptions, store: Store) -> Prepared:
     tokenize_s = time.perf_counter() - t0
     context_check(samples, seqs, config, compat)
     lengths = np.array([len(e.ids) for e in seqs], dtype=np.int64)
-    batches = make_batches(lengths, o.max_tokens_per_batch, o.max_batch_size)
     pad_id = tokenizer.eos_token_id  # the official DPO flow pads with EOS
     if mode == "rm":
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    return Prepared(samples, mode, ref_free, config, tokenizer, fmt, seqs, lengths, batches, device, dtype, pad_id,
-                    tok_key, tokenize_s, cached is not None)
+    plan = None
+    if o.share_prefix and is_causal_decoder(config):
+        ids = [e.ids for e in seqs]
+        plan = plan_prefixes(ids, readout_limits(ids, [e.start for e in seqs], mode, pad_id),
+                             kv_bytes_per_token(config, dtype), default_budget_bytes(device, o.prefix_cache_mb))
+        plan = plan if plan.saved_tokens() > 0 else None
+    if plan is not None:
+        batch_lengths = lengths - plan.prefix
+        batches = plan_batches(lengths, plan, o.max_tokens_per_batch, o.max_batch_size)
+    else:
+        batch_lengths = lengths
+        batches = make_batches(lengths, o.max_tokens_per_batch, o.max_batch_size)
+    return Prepared(samples, mode, ref_free, config, tokenizer, fmt, seqs, lengths, batches, plan, batch_lengths,
+                    device, dtype, pad_id, tok_key, tokenize_s, cached is not None)
 
 
 def _pack_seqs(seqs: list[Encoded]) -> dict:
@@ -218,7 +234,7 @@ def model_pass(prep: Prepared, o: ScoreOptions, model_path: str, role: str, stor
     key = None
     if fp["sha256"] and prep.tok_key:
         key = sha256_text("pass-v1", fp["sha256"], prep.tok_key, str(prep.dtype), prep.device.type, prep.mode, label,
-                          impl, o.max_tokens_per_batch, o.max_batch_size)
+                          impl, o.max_tokens_per_batch, o.max_batch_size, *_plan_key(prep.plan))
     info = {**fp, "role": role, "key": key}
     done_arrays = store.get(key) if key else None
     if done_arrays is not None:
@@ -232,7 +248,7 @@ def model_pass(prep: Prepared, o: ScoreOptions, model_path: str, role: str, stor
     else:
         arrays, done = {k: np.zeros(n) for k in names}, np.zeros(n, dtype=bool)
     todo = [b for b in prep.batches if not done[b.indices].all()]
-    progress = _Progress(n, o.progress, prep.lengths, desc=role)
+    progress = _Progress(n, o.progress, prep.batch_lengths, desc=role)
     progress.skip(int(done.sum()))
     last_flush = time.perf_counter()
 
@@ -264,20 +280,27 @@ def model_pass(prep: Prepared, o: ScoreOptions, model_path: str, role: str, stor
                                o.allow_pickle_weights)
             info.update({"class": type(model).__name__, "parameters": sum(p.numel() for p in model.parameters())})
             seqs = [e.ids for e in prep.seqs]
+            prefix = None
+            if prep.plan is not None:
+                prefix = PrefixKV(model, seqs, prep.plan, np.concatenate([b.indices for b in todo]), prep.pad_id,
+                                  prep.device, o.max_tokens_per_batch)
             if prep.mode == "rm":
                 if model.config.pad_token_id is None:  # as the official script: pool at the last non-pad token
                     model.config.pad_token_id = prep.pad_id
 
                 def run(batch_list):
-                    score_rm(model, seqs, batch_list, prep.pad_id, prep.device, label, arrays["scores"], on_batch)
+                    score_rm(model, seqs, batch_list, prep.pad_id, prep.device, label, arrays["scores"], on_batch,
+                             prefix)
             else:
                 starts = [e.start for e in prep.seqs]
                 out = (arrays["total"], arrays["count"], arrays["sumsq"])
 
                 def run(batch_list):
                     sequence_logprob_stats(model, seqs, starts, batch_list, prep.pad_id, prep.device, out, on_batch,
-                                           o.logprob_impl)
+                                           o.logprob_impl, prefix)
             _run_batches(run, todo, prep)
+            if prefix is not None:
+                info["prefix_sharing"] = prefix.note
     except BaseException:
         if int(done.sum()) > resumed:
             flush()  # nothing finished is lost
@@ -307,7 +330,15 @@ def finish(prep: Prepared, o: ScoreOptions, passes: dict, t_start: float, store:
     summary = summarize(chosen, rejected, [s.domain for s in prep.samples], [s.subset for s in prep.samples],
                         [s.name for s in prep.samples])
     seqs, lengths = prep.seqs, prep.lengths
-    counts = token_counts(lengths, prep.batches)
+    counts = token_counts(prep.batch_lengths, prep.batches)
+    shared = prep.plan.shared_tokens() if prep.plan is not None else 0
+    saved = prep.plan.saved_tokens() if prep.plan is not None else 0
+    # padded: what the model computes, the suffix batches with their padding and each shared prefix
+    # once; real: every sequence whole, so padded < real when prefixes are shared
+    counts.update(real_tokens=int(lengths.sum()), padded_tokens=counts["padded_tokens"] + shared,
+                  padding_ratio=(counts["padded_tokens"] + shared) / max(1, counts["real_tokens"] + shared),
+                  shared_prefix={"prompts": int(len(np.unique(prep.plan.group[prep.plan.prefix > 0])))
+                                 if prep.plan is not None else 0, "tokens_saved": saved})
     computed = [p for p in passes.values() if not p.info["cached"]]
     score_s = sum(p.info["seconds"] for p in computed)
     computed_tokens = counts["real_tokens"] * len(computed)
@@ -364,6 +395,12 @@ def score(o: ScoreOptions, store: Store | None = None, hooks=None) -> ScoreRun:
     finally:
         if own_store:
             store.close()
+
+
+def _plan_key(plan: PrefixPlan | None) -> tuple:
+    if plan is None:
+        return ()
+    return ("prefix-v1", sha256_text(plan.prefix.tobytes().hex(), plan.wave.tobytes().hex()))
 
 
 def _versions() -> dict:

@@ -30,6 +30,8 @@ class ScoreOptions:
     domains: tuple = ()
     label_index: int | None = None
     logprob_impl: str = "auto"  # auto | triton | torch | plain (DPO log-prob path)
+    share_prefix: bool = False  # compute each prompt's shared prefix once (causal decoders)
+    prefix_cache_mb: int | None = None  # memory for prefix caches at a time (default: 1 GiB CPU, 1/10 GPU)
     cache: bool = True  # the result store: reuse finished work, resume interrupted work
     cache_dir: str | None = None  # default: $RMBENCH_CACHE/store or ~/.cache/rmbench-fast/store
     engine: str = "local"  # local | ray

@@ -6,50 +6,15 @@ import json
 import numpy as np
 import pytest
 import torch
+from conftest import make_item
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
-from conftest import make_item
 from rmbench_fast.data import load_dataset
 from rmbench_fast.engine import ScoreOptions, build_sequences, score
 from rmbench_fast.errors import UsageError
 from rmbench_fast.metrics import summarize
 from rmbench_fast.templates import ChatFormat
 from rmbench_fast.tiny import build_model, llama_config, save_model, train_tokenizer
-
-# A chat template unlike the demo's, so both template paths get exercised with their own texts.
-TEST_TEMPLATE = ("{{ bos_token }}{% for m in messages %}[{{ m['role'] | upper }}] {{ m['content'] }}\n{% endfor %}")
-DEMO = "rmbench_fast/demo_data/rmbench_demo.json"
-
-
-@pytest.fixture(scope="session")
-def data_path(request):
-    from conftest import SHARED
-    from pathlib import Path
-
-    if (SHARED / "chat_filtered.json").is_file():
-        return str(SHARED)
-    return str(Path(__file__).resolve().parents[1] / DEMO)
-
-
-@pytest.fixture(scope="session")
-def models(tmp_path_factory, data_path):
-    """Tokenizers (chat template; Llama class without template; generic without template) and
-    models for each: a reward model, a DPO policy and reference."""
-    root = tmp_path_factory.mktemp("models")
-    samples = load_dataset(data_path, limit=3)
-    texts = [s.prompt for s in samples] + [r for s in samples for r in s.chosen + s.rejected]
-    out = {}
-    for name, kw in {"tmpl": dict(chat_template=TEST_TEMPLATE),
-                     "llama": dict(tokenizer_class="LlamaTokenizerFast"),
-                     "plain": dict(pad=True)}.items():
-        tok = train_tokenizer(texts, vocab_size=300, **kw)
-        cfg = dict(vocab_size=len(tok), hidden=32, layers=2, heads=4, max_positions=8192)
-        out[name] = {
-            "rm": str(save_model(build_model("rm", llama_config(**cfg), seed=10), tok, root / name / "rm")),
-            "policy": str(save_model(build_model("lm", llama_config(**cfg), seed=11), tok, root / name / "policy")),
-            "ref": str(save_model(build_model("lm", llama_config(**cfg), seed=12), tok, root / name / "ref")),
-        }
-    return out
 
 
 def tulu(prompt, response=None):

@@ -35,16 +35,18 @@ def lm_head_of(model) -> LMHead | None:
                   float(softcap) if softcap is not None else None)
 
 
-def _label_positions(seqs, starts, batch: Batch, device):
-    """(rows, positions, targets, segment) of every scored token of the batch: position t predicts
-    ids[t + 1], for the tokens ids[start:]."""
+def _label_positions(seqs, starts, batch: Batch, device, offsets=None):
+    """(rows, positions, segment) of every scored token of the batch: position t predicts
+    ids[t + 1], for the tokens ids[start:]; a row whose first `offsets[row]` tokens come from a
+    cached prefix has its positions shifted by that much."""
     rows, pos, seg = [], [], []
     for row, i in enumerate(batch.indices):
         n, s = len(seqs[i]), starts[i]
         if n - s <= 0:
             continue
+        off = 0 if offsets is None else int(offsets[row])
         rows.append(np.full(n - s, row))
-        pos.append(np.arange(s - 1, n - 1))
+        pos.append(np.arange(s - 1 - off, n - 1 - off))
         seg.append(np.full(n - s, row))
     rows = torch.as_tensor(np.concatenate(rows), device=device)
     pos = torch.as_tensor(np.concatenate(pos), device=device)
@@ -53,14 +55,15 @@ def _label_positions(seqs, starts, batch: Batch, device):
 
 @torch.inference_mode()
 def sequence_logprob_stats(model, seqs, starts, batches: list[Batch], pad_id: int, device, out, on_batch=None,
-                           impl: str = "auto"):
+                           impl: str = "auto", prefix=None):
     """Per sequence of `batches`: sum, count and sum of squares of its scored tokens' log-probs,
     written into out = (total, count, sumsq) float64 arrays (original order); after each batch,
     on_batch(batch).
 
     impl: "auto" / "triton" / "torch" pick the fused op's implementation (rmbench_fast.kernels);
     "plain" runs the whole model for logits and reduces them at the label positions (also the
-    fallback for heads the fused op cannot express)."""
+    fallback for heads the fused op cannot express). prefix: a PrefixKV, when the batches are of
+    suffixes after shared prompt prefixes (every scored position is in the suffix)."""
     total, count, sumsq = out
     head = lm_head_of(model) if impl != "plain" else None
     if head is None and impl != "plain":
@@ -68,16 +71,22 @@ def sequence_logprob_stats(model, seqs, starts, batches: list[Batch], pad_id: in
                     "using the model's own logits", type(model).__name__)
     causal = is_causal_decoder(model.config)
     for batch in batches:
-        ids, mask = pad_batch(seqs, batch, pad_id, device)
-        if causal:  # right padding never reaches a real token of a causal decoder: the fast causal path
-            mask = None
-        rows, pos, seg = _label_positions(seqs, starts, batch, device)
+        if prefix is not None:
+            inputs = prefix.inputs(batch, base=head is not None)
+            offsets = prefix.offsets(batch)
+        else:
+            ids, mask = pad_batch(seqs, batch, pad_id, device)
+            # right padding never reaches a real token of a causal decoder: the fast causal path
+            inputs = {"input_ids": ids, "attention_mask": None if causal else mask, "use_cache": False}
+            offsets = None
+        ids = inputs["input_ids"]
+        rows, pos, seg = _label_positions(seqs, starts, batch, device, offsets)
         targets = ids[rows, pos + 1]
         if head is not None:
-            hidden = model.base_model(input_ids=ids, attention_mask=mask, use_cache=False)[0]
+            hidden = model.base_model(**inputs)[0]
             logps = token_logprobs(hidden[rows, pos], head, targets, impl)
         else:  # the model's own logits, reduced at the label positions only
-            logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
+            logits = model(**inputs).logits
             logps = logits_logprobs(logits[rows, pos], targets, "torch" if impl == "plain" else impl)
         s, c, q = segment_stats(logps, seg, len(batch.indices))
         total[batch.indices], count[batch.indices], sumsq[batch.indices] = (

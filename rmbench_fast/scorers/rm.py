@@ -31,14 +31,19 @@ def pick_label(num_labels: int, label_index: int | None, compat: bool) -> int | 
 
 @torch.inference_mode()
 def score_rm(model, seqs: list[list[int]], batches: list[Batch], pad_id: int, device, label: int | None,
-             scores: np.ndarray, on_batch=None) -> np.ndarray:
+             scores: np.ndarray, on_batch=None, prefix=None) -> np.ndarray:
     """Write one float64 score per sequence of `batches` into `scores` (original order); after each
-    batch, on_batch(batch)."""
+    batch, on_batch(batch). prefix: a PrefixKV, when the batches are of suffixes after shared
+    prompt prefixes (the pooled last token is always in the suffix)."""
     causal = is_causal_decoder(model.config)
     for batch in batches:
-        ids, mask = pad_batch(seqs, batch, pad_id, device)
-        # right padding never reaches a real token of a causal decoder: no mask, the fast causal path
-        logits = model(input_ids=ids, attention_mask=None if causal else mask, use_cache=False).logits.float()
+        if prefix is not None:
+            inputs = prefix.inputs(batch)
+        else:
+            ids, mask = pad_batch(seqs, batch, pad_id, device)
+            # right padding never reaches a real token of a causal decoder: no mask, the fast causal path
+            inputs = {"input_ids": ids, "attention_mask": None if causal else mask, "use_cache": False}
+        logits = model(**inputs).logits.float()
         picked = logits.max(dim=-1).values if label is None else logits[:, label]
         scores[batch.indices] = picked.double().cpu().numpy()
         if on_batch is not None:

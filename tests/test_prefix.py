@@ -1,0 +1,145 @@
+"""Shared-prompt prefixes (--share-prefix): scores against the naive official reference, the plan's
+limits and waves, rows of different prefix lengths in one batch, and the self-check."""
+
+import numpy as np
+import pytest
+import torch
+from test_engine import assert_same_accuracy, official_dpo, official_rm
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import rmbench_fast.prefix as prefix_mod
+from rmbench_fast import engine
+from rmbench_fast.data import load_dataset
+from rmbench_fast.engine import ScoreOptions, build_sequences, score
+from rmbench_fast.prefix import PrefixKV, PrefixPlan, plan_prefixes, readout_limits
+from rmbench_fast.scorers.dpo import sequence_logprob_stats
+from rmbench_fast.templates import ChatFormat
+
+
+@pytest.fixture
+def tiny_waves(monkeypatch):
+    """A prefix-cache budget of a few hundred bytes: every prompt is a wave of its own."""
+    monkeypatch.setattr(engine, "default_budget_bytes", lambda device, mb: 300)
+
+
+@pytest.mark.parametrize("waves", ["one", "many"])
+def test_rm_shared_matches_official(models, data_path, waves, request):
+    if waves == "many":
+        request.getfixturevalue("tiny_waves")
+    m = models["tmpl"]["rm"]
+    run = score(ScoreOptions(model=m, data=data_path, limit=3, share_prefix=True, progress=False))
+    assert run.run["shared_prefix"]["tokens_saved"] > 0
+    assert run.run["padded_tokens"] < run.run["real_tokens"]
+    assert run.run["models"]["model"]["prefix_sharing"] == "on"
+    ref = official_rm(m, run.samples, False)
+    np.testing.assert_allclose(run.chosen, ref[0], atol=1e-4, rtol=0)
+    np.testing.assert_allclose(run.rejected, ref[1], atol=1e-4, rtol=0)
+    assert_same_accuracy(run.samples, (run.chosen, run.rejected), ref)
+
+
+@pytest.mark.parametrize("ref_free", [None, "norm"])
+def test_dpo_shared_matches_official(models, data_path, ref_free, tiny_waves):
+    m = models["llama"]
+    ref_model = m["ref"] if ref_free is None else None
+    run = score(ScoreOptions(model=m["policy"], ref_model=ref_model, ref_free=ref_free, data=data_path, limit=3,
+                             share_prefix=True, cache=False, progress=False))
+    assert run.run["shared_prefix"]["prompts"] == len(run.samples)
+    assert all(p["prefix_sharing"] == "on" for p in run.run["models"].values())
+    chosen, rejected, n_c, n_r = official_dpo(m["policy"], ref_model, run.samples, ref_free or "avg")
+    tol = 1e-5 if ref_free else 1e-5 * np.maximum(n_c, n_r) + 1e-6
+    assert np.all(np.abs(run.chosen - chosen) <= tol)
+    assert np.all(np.abs(run.rejected - rejected) <= tol)
+
+
+def _dpo_setup(models, data_path):
+    m = models["tmpl"]["policy"]
+    tok = AutoTokenizer.from_pretrained(m)
+    samples = load_dataset(data_path, limit=3)
+    seqs = build_sequences(samples, tok, ChatFormat(tok), "dpo", False)
+    model = AutoModelForCausalLM.from_pretrained(m).eval()
+    return model, [e.ids for e in seqs], [e.start for e in seqs], tok.eos_token_id
+
+
+def _plain_stats(model, ids, starts, pad):
+    """Each sequence alone, whole logits, log_softmax, gather: the plainest possible reference."""
+    out = []
+    with torch.no_grad():
+        for s, st in zip(ids, starts):
+            logp = model(input_ids=torch.tensor([s])).logits[0, :-1].log_softmax(-1)
+            out.append(logp[torch.arange(st - 1, len(s) - 1), torch.tensor(s[st:])].double().sum().item())
+    return np.array(out)
+
+
+def test_rows_of_different_prefixes_in_one_batch(models, data_path):
+    """Prefix lengths 0, short and full side by side in the same batches, across waves: each
+    sequence's log-probs equal its plain whole-sequence ones."""
+    model, ids, starts, eos = _dpo_setup(models, data_path)
+    limits = readout_limits(ids, starts, "dpo", eos)
+    plan = plan_prefixes(ids, limits, kv_bytes_per_token=1, budget_bytes=10**9)
+    full = plan.prefix.copy()
+    assert (full > 0).all() and (full <= np.array(starts) - 1).all()
+    # any prefix up to the common one is valid: mix none, a few tokens and all of it, 2 waves
+    groups = len(full) // 6
+    mixed = np.minimum(np.repeat([[0, 3, 10**6][g % 3] for g in range(groups)], 6), full)
+    plan = PrefixPlan(mixed, plan.group, np.repeat(np.arange(groups) % 2, 6))
+    lengths = np.array([len(s) for s in ids])
+    batches = prefix_mod.plan_batches(lengths, plan, max_tokens=4000, max_batch_size=None)
+    assert any(len(set(plan.prefix[b.indices])) > 1 for b in batches)
+    n = len(ids)
+    out = (np.zeros(n), np.zeros(n), np.zeros(n))
+    kv = PrefixKV(model, ids, plan, np.arange(n), eos, torch.device("cpu"), 4000)
+    sequence_logprob_stats(model, ids, starts, batches, eos, torch.device("cpu"), out, prefix=kv)
+    assert kv.note == "on"
+    np.testing.assert_allclose(out[0], _plain_stats(model, ids, starts, eos), atol=1e-4, rtol=0)
+
+
+def test_plan_limits_and_waves():
+    pad = 0
+    # 2 groups of 6: group 0 shares 5 tokens, group 1 shares 12 but one sequence ends in pad tokens
+    g0 = [[1, 2, 3, 4, 5, 10 + k, 7, 8] for k in range(6)]
+    g1 = [list(range(20, 32)) + [40 + k, 9] for k in range(6)]
+    g1[3] = list(range(20, 32)) + [pad, pad]  # pooled at its last non-pad token, position 11
+    ids = g0 + g1
+    rm = readout_limits(ids, [0] * 12, "rm", pad)
+    assert rm[0] == 7 and rm[9] == 11
+    plan = plan_prefixes(ids, rm, kv_bytes_per_token=1, budget_bytes=100, min_prefix=1)
+    assert list(plan.prefix) == [5] * 6 + [11] * 6  # group 1 capped by the pooled position of g1[3]
+    dpo = readout_limits(ids, [3] * 6 + [13] * 6, "dpo", pad)
+    plan = plan_prefixes(ids, dpo, kv_bytes_per_token=1, budget_bytes=100, min_prefix=1)
+    assert list(plan.prefix) == [2] * 6 + [12] * 6
+    assert plan.shared_tokens() == 14 and plan.saved_tokens() == 5 * 14
+    # min_prefix drops short ones; a budget of 10 tokens puts the two prompts in different waves
+    plan = plan_prefixes(ids, dpo, kv_bytes_per_token=1, budget_bytes=10, min_prefix=3)
+    assert list(plan.prefix) == [0] * 6 + [12] * 6
+    plan = plan_prefixes(ids, rm, kv_bytes_per_token=1, budget_bytes=10, min_prefix=1)
+    assert list(plan.wave) == [0] * 6 + [1] * 6
+    batches = prefix_mod.plan_batches(np.array([len(s) for s in ids]), plan, 10**6, None)
+    assert [set(plan.wave[b.indices]) for b in batches] == [{0}, {1}]
+    assert sorted(np.concatenate([b.indices for b in batches])) == list(range(12))
+
+
+def test_self_check_turns_sharing_off(models, data_path, monkeypatch, caplog):
+    """A model for which cached and plain states differ (here: a broken cache) is scored without
+    sharing, with a warning and the reason in run.json."""
+    def broken(kvs):
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        for layer, (k, v) in enumerate(kvs):
+            cache.update(k + 1.0, v, layer)
+        return cache
+
+    monkeypatch.setattr(prefix_mod, "_new_cache", broken)
+    m = models["tmpl"]["rm"]
+    run = score(ScoreOptions(model=m, data=data_path, limit=2, share_prefix=True, progress=False))
+    assert run.run["models"]["model"]["prefix_sharing"].startswith("off: shared and plain states differ")
+    ref = official_rm(m, run.samples, False)
+    np.testing.assert_allclose(run.chosen, ref[0], atol=1e-4, rtol=0)
+    np.testing.assert_allclose(run.rejected, ref[1], atol=1e-4, rtol=0)
+
+
+def test_off_by_default(models, data_path):
+    run = score(ScoreOptions(model=models["tmpl"]["rm"], data=data_path, limit=2, progress=False))
+    assert run.run["shared_prefix"] == {"prompts": 0, "tokens_saved": 0}
+    assert "prefix_sharing" not in run.run["models"]["model"]
+    assert run.run["padded_tokens"] >= run.run["real_tokens"]

@@ -31,5 +31,5 @@ setup(
         "test": ["pytest>=7", "hypothesis>=6"],
         "ray": ["ray>=2.9"],
     },
-    entry_points={"console_scripts": ["rmbench-fast = rmbench_fast.cli:main"]},
+    entry_points={"console_scripts": ["rmbench-fast = rmbench_fast.cli:entry"]},
 )

@@ -3,7 +3,8 @@
 #   1. the kernel tests on CUDA (compiled Triton, not the interpreter);
 #   2. the log-prob op benchmark in bf16 (benchmarks/logprob_op.py --device cuda);
 #   3. an end-to-end DPO score of a random-weight Llama-style model of realistic shape (about 1B
-#      parameters, V=128256, bf16) on RM-Bench files, reference-free and with a reference;
+#      parameters, V=128256, bf16) on RM-Bench files, reference-free and with a reference, and the
+#      reference run again with --share-prefix (prompt prefixes once, responses on their KV cache);
 #   4. when PEER_PYTHON names a Python with the official flow's packages (rewardbench 0.1.4,
 #      transformers 4.51, trl, fastchat; carry them as wheels, see benchmarks/peer/setup.sh), the
 #      same models through the official flow in bf16, for time, memory and parity side by side.
@@ -34,7 +35,7 @@ echo "== 2. log-prob op benchmark (bf16)"
 timeout 200 $PY benchmarks/logprob_op.py --device cuda --out "$OUT_DIR/logprob_op-cuda.json" || status=1
 
 echo "== 3. end-to-end DPO, ~1B random-weight model, V=128256, bf16"
-timeout 200 $PY - "$DATA" "$OUT_DIR" "$LIMIT" <<'EOF' || status=1
+timeout 260 $PY - "$DATA" "$OUT_DIR" "$LIMIT" <<'EOF' || status=1
 import json, sys, time
 from pathlib import Path
 
@@ -56,24 +57,30 @@ with torch.device("cuda"):
         params = sum(p.numel() for p in m.parameters())
         del m
 results = {"params": params, "limit": limit, "runs": []}
-for label, kw in (("ref-free avg", dict(ref_free="avg")), ("with reference", dict(ref_model=str(root / "reference")))):
-    for impl in ("triton", "torch"):
-        torch.cuda.reset_peak_memory_stats()
-        t0 = time.perf_counter()
-        tag = ("ref" if "ref_model" in kw else "ref-free") + "-" + impl
-        run = score(ScoreOptions(model=str(root / "policy"), data=data, limit=limit, dtype="bfloat16", device="cuda",
-                                 max_tokens_per_batch=65536, logprob_impl=impl, progress=False, cache=False,
-                                 output=f"/tmp/rmbench-gpu-out/{tag}", **kw))
-        r = run.run
-        row = {"run": label, "logprob_impl": impl, "wall_s": time.perf_counter() - t0, "score_s": r["score_s"],
-               "tokens_per_s": r["tokens_per_s"], "real_tokens": r["real_tokens"],
-               "padding_ratio": r["padding_ratio"], "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30,
-               "overall": run.summary["overall"], "chosen": run.chosen.tolist()}
-        results["runs"].append(row)
-        print({k: v for k, v in row.items() if k != "chosen"}, flush=True)
+ref = dict(ref_model=str(root / "reference"))
+plan = [("ref-free avg", dict(ref_free="avg"), "triton", False), ("ref-free avg", dict(ref_free="avg"), "torch", False),
+        ("with reference", ref, "triton", False), ("with reference", ref, "torch", False),
+        ("with reference", ref, "triton", True)]
+for label, kw, impl, share in plan:
+    torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    tag = ("ref" if "ref_model" in kw else "ref-free") + "-" + impl + ("-share" if share else "")
+    run = score(ScoreOptions(model=str(root / "policy"), data=data, limit=limit, dtype="bfloat16", device="cuda",
+                             max_tokens_per_batch=65536, logprob_impl=impl, progress=False, cache=False,
+                             share_prefix=share, output=f"/tmp/rmbench-gpu-out/{tag}", **kw))
+    r = run.run
+    row = {"run": label, "logprob_impl": impl, "share_prefix": share, "wall_s": time.perf_counter() - t0,
+           "score_s": r["score_s"], "shared_prefix": r["shared_prefix"],
+           "tokens_per_s": r["tokens_per_s"], "real_tokens": r["real_tokens"],
+           "padding_ratio": r["padding_ratio"], "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30,
+           "overall": run.summary["overall"], "chosen": run.chosen.tolist()}
+    results["runs"].append(row)
+    print({k: v for k, v in row.items() if k != "chosen"}, flush=True)
 for label in ("ref-free avg", "with reference"):
-    a, b = [torch.tensor(r["chosen"]) for r in results["runs"] if r["run"] == label]
+    a, b = [torch.tensor(r["chosen"]) for r in results["runs"] if r["run"] == label and not r["share_prefix"]]
     results[f"max_abs_diff_triton_vs_torch {label}"] = float((a - b).abs().max())
+a, b = [torch.tensor(r["chosen"]) for r in results["runs"] if r["run"] == "with reference" and r["logprob_impl"] == "triton"]
+results["max_abs_diff_share_prefix_vs_not with reference"] = float((a - b).abs().max())
 for r in results["runs"]:
     r.pop("chosen")
 (out_dir / "gpu_e2e_dpo.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -100,7 +107,8 @@ for mode in ("ref-free", "ref"):
     diff = max(abs(a - b) for x in mine for k in ("score_chosen", "score_rejected")
                for a, b in zip(x[k], off[(x["domain"], x["id"])][k]))
     label = "ref-free avg" if mode == "ref-free" else "with reference"
-    mine_run = next(r for r in ours["runs"] if r["run"] == label and r["logprob_impl"] == "triton")
+    mine_run = next(r for r in ours["runs"] if r["run"] == label and r["logprob_impl"] == "triton"
+                    and not r["share_prefix"])
     report[mode] = {"official": json.loads((tmp / f"official-{mode}-timing.json").read_text()),
                     "ours_wall_s": mine_run["wall_s"], "ours_peak_gpu_gib": mine_run["peak_gpu_gib"],
                     "max_abs_score_diff_bf16": diff}

@@ -302,19 +302,49 @@ def demo(output, cache_dir, quiet):
 @click.option("--heads", type=int, default=8, show_default=True)
 @click.option("--peer-python", default=None, help="Python of the official flow's environment "
               "[default: benchmarks/peer/.venv, made by benchmarks/peer/setup.sh].")
-def bench(data, limit, rounds, modes, out, model_dir, vocab, hidden, layers, heads, peer_python):
+@click.option("--share-prefix", is_flag=True, help="Run rmbench-fast with --share-prefix.")
+def bench(data, limit, rounds, modes, out, model_dir, vocab, hidden, layers, heads, peer_python, share_prefix):
     """Throughput against the official RM-Bench flow (allenai's rewardbench), same model and data.
 
     Builds random-weight Llama-style models (fp32, CPU), runs rmbench-fast and the official flow
     alternately as subprocesses for RM, DPO with a reference and DPO reference-free, and reports
-    tokens/s, speedup, peak RSS, padded/real tokens, model-FLOP efficiency and score parity.
+    tokens/s, speedup, peak RSS, padded/real tokens, model-FLOP efficiency, score parity, and the
+    speedup bound: the official wall time over the model's FLOPs at the measured matmul rate (what
+    any implementation doing those FLOPs could reach at best).
     Needs a source checkout (benchmarks/peer) and `bash benchmarks/peer/setup.sh` once.
     """
     from .bench import main as run_bench
 
     run_bench(data, limit, rounds, list(modes), out, model_dir, vocab, hidden, layers, heads, peer_python,
-              echo=click.echo)
+              echo=click.echo, share_prefix=share_prefix)
+
+
+def entry():
+    """The console command: the CLI, then, once everything is written and flushed, an exit that
+    skips the interpreter's teardown, which spends about a second freeing torch and transformers
+    modules and holds nothing of ours (results are written atomically, the store is closed).
+    Ray's shutdown must run, so with Ray loaded the exit is the ordinary one."""
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+        code = 1
+    code = 0 if code is None else int(code)
+    if "ray" in sys.modules:
+        sys.exit(code)
+    import logging
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, OSError):  # a reader that went away (`| head`)
+            pass
+    os._exit(code)
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    entry()

@@ -126,3 +126,18 @@ def test_demo(tmp_path):
     for mode in ("rm", "dpo"):
         assert (tmp_path / "demo" / mode / "summary.json").is_file()
     assert (tmp_path / "cache" / "demo-models-v1" / "COMPLETE").is_file()
+
+
+def test_console_exit_keeps_every_output(tmp_path):
+    """The console entry leaves without interpreter teardown (os._exit): the status is still the
+    command's (0, click's usage error 2) and what it printed to a pipe is all there."""
+    p = tmp_path / "chat_filtered.json"
+    p.write_text(json.dumps([make_item(i) for i in range(40)]))
+    proc = subprocess.run([sys.executable, "-m", "rmbench_fast.cli", "data", "stats", str(p), "--json"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["domains"]["chat"]["n_prompts"] == 40
+    proc = subprocess.run([sys.executable, "-m", "rmbench_fast.cli", "--version"], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.startswith("rmbench-fast, version")
+    proc = subprocess.run([sys.executable, "-m", "rmbench_fast.cli", "stats"], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1

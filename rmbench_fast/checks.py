@@ -30,7 +30,7 @@ def check_options(o: ScoreOptions):
         raise UsageError(f"--compat {o.compat}: the only compatibility mode is 'official'")
     if o.logprob_impl not in LOGPROB_IMPLS:
         raise UsageError(f"--logprob-impl {o.logprob_impl}: expected one of {', '.join(LOGPROB_IMPLS)}")
-    if o.max_tokens_per_batch < 1:
+    if o.max_tokens_per_batch is not None and o.max_tokens_per_batch < 1:
         raise UsageError("--max-tokens-per-batch must be at least 1")
     if o.max_batch_size is not None and o.max_batch_size < 1:
         raise UsageError("--max-batch-size must be at least 1")

@@ -158,8 +158,9 @@ def _scoring_options(f):
         click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None,
                      help="Model dtype [default: float32 on CPU, bfloat16 on GPU]."),
         click.option("--device", default=None, help="cpu, cuda, cuda:1, ... [default: cuda when available]."),
-        click.option("--max-tokens-per-batch", type=int, default=16384, show_default=True,
-                     help="Padded tokens (rows x longest row) per batch."),
+        click.option("--max-tokens-per-batch", type=int, default=None,
+                     help="Padded tokens (rows x longest row) per batch [default: 16384 on GPU, 2048 on CPU, "
+                          "where larger batches only add page faults]."),
         click.option("--max-batch-size", type=int, default=None, help="At most this many sequences per batch."),
         click.option("--compat", type=click.Choice(["official"]), default=None,
                      help="Reproduce the official pipeline's truncation (RM: left, 2048 tokens; DPO: prompt "

@@ -70,6 +70,10 @@ class _Worker:
         if device == "cuda" and not torch.cuda.is_available():
             device = "cpu"
         self.device = torch.device(device)
+        if self.device.type == "cpu":
+            from .runtime import keep_freed_memory
+
+            keep_freed_memory()
         self.mode, self.pad_id, self.label, self.impl = mode, pad_id, label, logprob_impl
         self.model = load_model(model_path, mode, getattr(torch, dtype), self.device, trust_remote_code,
                                 allow_pickle)
@@ -166,7 +170,7 @@ def run_pass_on_ray(cfg: RayConfig, prep, o, model_path: str, label, todo, array
                 plan = None if prep.plan is None else (prep.plan.prefix[index], prep.plan.group[index],
                                                        prep.plan.wave[index])
                 fut = actor.score_unit.remote([ids[g] for g in index], [starts[g] for g in index], local, plan,
-                                              o.max_tokens_per_batch)
+                                              prep.max_tokens)
                 running[fut] = (k, unit, actor, index)
             done, _ = ray.wait(list(running), num_returns=1)
             fut = done[0]

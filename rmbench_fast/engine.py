@@ -24,10 +24,11 @@ from .fingerprints import (data_fingerprint, default_cache_root, model_fingerpri
 from .metrics import summarize
 from .models import (detect_mode, is_causal_decoder, load_config, load_model, load_tokenizer, resolve_device,
                      resolve_dtype)
-from .options import ScoreOptions
+from .options import DEFAULT_MAX_TOKENS, ScoreOptions
 from .prefix import (PrefixKV, PrefixPlan, default_budget_bytes, kv_bytes_per_token, plan_batches, plan_prefixes,
                      readout_limits)
 from .results import atomic_write_json, write_results
+from .runtime import keep_freed_memory
 from .scorers.dpo import dpo_rewards, sequence_logprob_stats
 from .scorers.rm import pick_label, score_rm
 from .store import Store
@@ -121,6 +122,7 @@ class Prepared:
     seqs: list[Encoded]
     lengths: np.ndarray
     batches: list
+    max_tokens: int  # --max-tokens-per-batch, or the device's default
     plan: PrefixPlan | None  # shared prompt prefixes; then batches hold suffixes
     batch_lengths: np.ndarray  # what the batches were cut from: lengths, less shared prefixes
     device: torch.device
@@ -183,6 +185,7 @@ def prepare(o: ScoreOptions, store: Store) -> Prepared:
     pad_id = tokenizer.eos_token_id  # the official DPO flow pads with EOS
     if mode == "rm":
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    max_tokens = o.max_tokens_per_batch or DEFAULT_MAX_TOKENS.get(device.type, DEFAULT_MAX_TOKENS["cuda"])
     plan = None
     if o.share_prefix and is_causal_decoder(config):
         ids = [e.ids for e in seqs]
@@ -191,12 +194,12 @@ def prepare(o: ScoreOptions, store: Store) -> Prepared:
         plan = plan if plan.saved_tokens() > 0 else None
     if plan is not None:
         batch_lengths = lengths - plan.prefix
-        batches = plan_batches(lengths, plan, o.max_tokens_per_batch, o.max_batch_size)
+        batches = plan_batches(lengths, plan, max_tokens, o.max_batch_size)
     else:
         batch_lengths = lengths
-        batches = make_batches(lengths, o.max_tokens_per_batch, o.max_batch_size)
-    return Prepared(samples, mode, ref_free, config, tokenizer, fmt, seqs, lengths, batches, plan, batch_lengths,
-                    device, dtype, pad_id, tok_key, tokenize_s, cached is not None)
+        batches = make_batches(lengths, max_tokens, o.max_batch_size)
+    return Prepared(samples, mode, ref_free, config, tokenizer, fmt, seqs, lengths, batches, max_tokens, plan,
+                    batch_lengths, device, dtype, pad_id, tok_key, tokenize_s, cached is not None)
 
 
 def _pack_seqs(seqs: list[Encoded]) -> dict:
@@ -234,7 +237,7 @@ def model_pass(prep: Prepared, o: ScoreOptions, model_path: str, role: str, stor
     key = None
     if fp["sha256"] and prep.tok_key:
         key = sha256_text("pass-v1", fp["sha256"], prep.tok_key, str(prep.dtype), prep.device.type, prep.mode, label,
-                          impl, o.max_tokens_per_batch, o.max_batch_size, *_plan_key(prep.plan))
+                          impl, prep.max_tokens, o.max_batch_size, *_plan_key(prep.plan))
     info = {**fp, "role": role, "key": key}
     done_arrays = store.get(key) if key else None
     if done_arrays is not None:
@@ -276,6 +279,8 @@ def model_pass(prep: Prepared, o: ScoreOptions, model_path: str, role: str, stor
             run_pass_on_ray(cfg, prep, o, model_path, label, todo, arrays, on_batch)
             info.update({"engine": "ray", "workers": o.num_workers})
         elif todo:
+            if prep.device.type == "cpu":
+                info["malloc_keeps_freed_memory"] = keep_freed_memory()
             model = load_model(model_path, prep.mode, prep.dtype, prep.device, o.trust_remote_code,
                                o.allow_pickle_weights)
             info.update({"class": type(model).__name__, "parameters": sum(p.numel() for p in model.parameters())})
@@ -283,7 +288,7 @@ def model_pass(prep: Prepared, o: ScoreOptions, model_path: str, role: str, stor
             prefix = None
             if prep.plan is not None:
                 prefix = PrefixKV(model, seqs, prep.plan, np.concatenate([b.indices for b in todo]), prep.pad_id,
-                                  prep.device, o.max_tokens_per_batch)
+                                  prep.device, prep.max_tokens)
             if prep.mode == "rm":
                 if model.config.pad_token_id is None:  # as the official script: pool at the last non-pad token
                     model.config.pad_token_id = prep.pad_id

@@ -172,7 +172,7 @@ def _scoring_options(f):
         click.option("--share-prefix/--no-share-prefix", default=False, show_default=True,
                      help="Causal decoders: run each prompt's shared prefix (its six sequences start with the "
                           "same templated prompt) once, and the responses on top of its KV cache. Saves the "
-                          "prompt tokens (13-16%% on RM-Bench) at the cost of masked attention over the cache; "
+                          "prompt tokens (13-16% on RM-Bench) at the cost of masked attention over the cache; "
                           "on CPU at RM-Bench's prompt lengths the two about cancel (see README)."),
         click.option("--prefix-cache-mb", type=int, default=None,
                      help="Memory for shared-prefix KV caches at a time; prompts are taken in waves that fit "

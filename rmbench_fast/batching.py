@@ -62,6 +62,19 @@ def pad_batch(seqs: list[list[int]], batch: Batch, pad_id: int, device) -> tuple
     return ids.to(device), mask.to(device)
 
 
+def batch_inputs(seqs: list[list[int]], batch: Batch, pad_id: int, device, causal: bool, prefix=None,
+                 base: bool = False) -> tuple[dict, np.ndarray | None]:
+    """Model keyword arguments for one batch, and per row where its position 0 sits in its
+    sequence: whole right-padded sequences, or with `prefix` (a rmbench_fast.prefix.PrefixKV) the
+    suffixes after cached shared prefixes (`base`: for the base model rather than the head model)."""
+    if prefix is not None:
+        inputs = prefix.inputs(batch, base)
+        return inputs, prefix.offsets(batch)
+    ids, mask = pad_batch(seqs, batch, pad_id, device)
+    # right padding never reaches a real token of a causal decoder: no mask, the fast causal path
+    return {"input_ids": ids, "attention_mask": None if causal else mask, "use_cache": False}, None
+
+
 def token_counts(lengths, batches: list[Batch]) -> dict:
     real = int(np.sum(lengths))
     padded = int(sum(b.padded_tokens for b in batches))

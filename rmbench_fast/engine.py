@@ -336,14 +336,14 @@ def finish(prep: Prepared, o: ScoreOptions, passes: dict, t_start: float, store:
                         [s.name for s in prep.samples])
     seqs, lengths = prep.seqs, prep.lengths
     counts = token_counts(prep.batch_lengths, prep.batches)
-    shared = prep.plan.shared_tokens() if prep.plan is not None else 0
-    saved = prep.plan.saved_tokens() if prep.plan is not None else 0
+    plan = prep.plan
+    shared = plan.shared_tokens() if plan is not None else 0
     # padded: what the model computes, the suffix batches with their padding and each shared prefix
     # once; real: every sequence whole, so padded < real when prefixes are shared
     counts.update(real_tokens=int(lengths.sum()), padded_tokens=counts["padded_tokens"] + shared,
                   padding_ratio=(counts["padded_tokens"] + shared) / max(1, counts["real_tokens"] + shared),
-                  shared_prefix={"prompts": int(len(np.unique(prep.plan.group[prep.plan.prefix > 0])))
-                                 if prep.plan is not None else 0, "tokens_saved": saved})
+                  shared_prefix={"prompts": plan.prompts() if plan is not None else 0,
+                                 "tokens_saved": plan.saved_tokens() if plan is not None else 0})
     computed = [p for p in passes.values() if not p.info["cached"]]
     score_s = sum(p.info["seconds"] for p in computed)
     computed_tokens = counts["real_tokens"] * len(computed)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .batching import Batch, make_batches
+from .batching import Batch, make_batches, pad_batch
 
 log = logging.getLogger("rmbench_fast")
 
@@ -40,6 +40,10 @@ class PrefixPlan:
         """Prefix tokens computed once: one per prompt."""
         first = np.unique(self.group, return_index=True)[1]
         return int(self.prefix[first].sum())
+
+    def prompts(self) -> int:
+        """Prompts whose prefix is shared."""
+        return int(len(np.unique(self.group[self.prefix > 0])))
 
     def saved_tokens(self) -> int:
         return int(self.prefix.sum()) - self.shared_tokens()
@@ -157,16 +161,15 @@ class PrefixKV:
         self.kv.clear()
         self.wave = w
         rows = self.pending[(self.plan.wave[self.pending] == w) & (self.plan.prefix[self.pending] > 0)]
-        groups = np.unique(self.plan.group[rows])
-        if not len(groups):
+        if not len(rows):
             return
-        lead = np.array([rows[self.plan.group[rows] == g][0] for g in groups])  # one sequence per prompt
+        groups, first = np.unique(self.plan.group[rows], return_index=True)
+        lead = rows[first]  # one sequence per prompt
         lens = self.plan.prefix[lead]
+        prefixes = [self.seqs[i][:p] for i, p in zip(lead, lens)]
         for b in make_batches(lens, self.max_tokens):
-            ids = torch.full((len(b.indices), b.max_len), self.pad_id, dtype=torch.long)
-            for r, j in enumerate(b.indices):
-                ids[r, :lens[j]] = torch.as_tensor(self.seqs[lead[j]][:lens[j]])
-            out = self.base(input_ids=ids.to(self.device), use_cache=True)
+            ids, _ = pad_batch(prefixes, b, self.pad_id, self.device)
+            out = self.base(input_ids=ids, use_cache=True)
             layers = _layers(out.get("cache") if out.get("cache") is not None else out.get("past_key_values"))
             for r, j in enumerate(b.indices):
                 p = int(lens[j])
@@ -200,28 +203,24 @@ class PrefixKV:
         if self.enabled and self.wave != w:
             self._load_wave(w)
         off = self.offsets(batch)
-        width = max(len(self.seqs[i]) - int(o) for i, o in zip(rows, off))
-        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        for r, i in enumerate(rows):
-            ids[r, :len(self.seqs[i]) - off[r]] = torch.as_tensor(self.seqs[i][off[r]:])
-        pm = int(off.max()) if len(off) else 0
+        suffixes = [self.seqs[i][o:] for i, o in zip(rows, off)]
+        ids, suffix_mask = pad_batch(suffixes, Batch(np.arange(len(rows)), max(map(len, suffixes))), self.pad_id,
+                                     self.device)
+        pm = int(off.max())
         if pm == 0:  # nothing shared: the fast causal path, no mask
-            return {"input_ids": ids.to(self.device), "use_cache": False}
-        mask = torch.zeros((len(rows), pm + width), dtype=torch.long)
-        pos = torch.as_tensor(off)[:, None] + torch.arange(width)[None, :]
-        layers = None
+            return {"input_ids": ids, "use_cache": False}
+        # prefixes right-aligned in pm cache slots, the holes on their left masked
+        off_t = torch.as_tensor(off, device=self.device)
+        prefix_mask = (torch.arange(pm, device=self.device)[None, :] >= pm - off_t[:, None]).long()
+        pos = off_t[:, None] + torch.arange(ids.shape[1], device=self.device)[None, :]
+        shape = self.kv[int(self.plan.group[rows[int(off.argmax())]])]
+        layers = [(k.new_zeros((len(rows), k.shape[0], pm, k.shape[2])),
+                   v.new_zeros((len(rows), v.shape[0], pm, v.shape[2]))) for k, v in shape]
         for r, i in enumerate(rows):
-            p, n = int(off[r]), len(self.seqs[i]) - int(off[r])
-            mask[r, pm - p:pm + n] = 1
-            kv = self.kv[int(self.plan.group[i])] if p else None
-            if layers is None:
-                ref = next(iter(self.kv.values()))
-                layers = [(k.new_zeros((len(rows), k.shape[0], pm, k.shape[2])),
-                           v.new_zeros((len(rows), v.shape[0], pm, v.shape[2]))) for k, v in ref]
-            if kv is not None:
-                for (k_all, v_all), (k, v) in zip(layers, kv):
+            p = int(off[r])
+            if p:
+                for (k_all, v_all), (k, v) in zip(layers, self.kv[int(self.plan.group[i])]):
                     k_all[r, :, pm - p:] = k
                     v_all[r, :, pm - p:] = v
-        return {"input_ids": ids.to(self.device), "attention_mask": mask.to(self.device),
-                "position_ids": pos.to(self.device), self.kw_base if base else self.kw_model: _new_cache(layers),
-                "use_cache": True}
+        return {"input_ids": ids, "attention_mask": torch.cat([prefix_mask, suffix_mask], dim=1),
+                "position_ids": pos, self.kw_base if base else self.kw_model: _new_cache(layers), "use_cache": True}

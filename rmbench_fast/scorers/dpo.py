@@ -11,7 +11,7 @@ import logging
 import numpy as np
 import torch
 
-from ..batching import Batch, pad_batch
+from ..batching import Batch, batch_inputs
 from ..kernels import logits_logprobs
 from ..logprobs import LMHead, segment_stats, token_logprobs
 from ..models import is_causal_decoder
@@ -71,14 +71,7 @@ def sequence_logprob_stats(model, seqs, starts, batches: list[Batch], pad_id: in
                     "using the model's own logits", type(model).__name__)
     causal = is_causal_decoder(model.config)
     for batch in batches:
-        if prefix is not None:
-            inputs = prefix.inputs(batch, base=head is not None)
-            offsets = prefix.offsets(batch)
-        else:
-            ids, mask = pad_batch(seqs, batch, pad_id, device)
-            # right padding never reaches a real token of a causal decoder: the fast causal path
-            inputs = {"input_ids": ids, "attention_mask": None if causal else mask, "use_cache": False}
-            offsets = None
+        inputs, offsets = batch_inputs(seqs, batch, pad_id, device, causal, prefix, base=head is not None)
         ids = inputs["input_ids"]
         rows, pos, seg = _label_positions(seqs, starts, batch, device, offsets)
         targets = ids[rows, pos + 1]

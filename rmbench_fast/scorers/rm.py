@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..batching import Batch, pad_batch
+from ..batching import Batch, batch_inputs
 from ..errors import UsageError
 from ..models import is_causal_decoder
 
@@ -37,12 +37,7 @@ def score_rm(model, seqs: list[list[int]], batches: list[Batch], pad_id: int, de
     prompt prefixes (the pooled last token is always in the suffix)."""
     causal = is_causal_decoder(model.config)
     for batch in batches:
-        if prefix is not None:
-            inputs = prefix.inputs(batch)
-        else:
-            ids, mask = pad_batch(seqs, batch, pad_id, device)
-            # right padding never reaches a real token of a causal decoder: no mask, the fast causal path
-            inputs = {"input_ids": ids, "attention_mask": None if causal else mask, "use_cache": False}
+        inputs, _ = batch_inputs(seqs, batch, pad_id, device, causal, prefix)
         logits = model(**inputs).logits.float()
         picked = logits.max(dim=-1).values if label is None else logits[:, label]
         scores[batch.indices] = picked.double().cpu().numpy()

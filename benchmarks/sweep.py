@@ -38,14 +38,13 @@ def main(argv=None):
     import torch
 
     from rmbench_fast.data import load_dataset
-    from rmbench_fast.tiny import build_model, llama_config, save_model, train_tokenizer
+    from rmbench_fast.tiny import build_model, corpus, llama_config, save_model, train_tokenizer
 
     work = Path(tempfile.mkdtemp(prefix="rmbench-sweep-bench-"))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     try:
         samples = load_dataset(args.data)
-        tok = train_tokenizer([s.prompt for s in samples] + [r for s in samples for r in s.chosen + s.rejected],
-                              args.vocab)
+        tok = train_tokenizer(corpus(samples), args.vocab)
         cfg = dict(vocab_size=args.vocab, hidden=args.hidden, layers=args.layers, heads=max(1, args.hidden // 64),
                    max_positions=8192)
         ckpts = [str(save_model(build_model("lm", llama_config(**cfg), seed), tok, work / "run" / f"checkpoint-{100 * (seed + 1)}"))
@@ -75,6 +74,8 @@ def main(argv=None):
             "independent_score_runs_s": alone_s, "sweep_s": sweep_s, "ratio": sweep_s / alone_s, "goal_ratio": 0.65,
             "model_passes": {"independent": 2 * args.k, "sweep": sweep["model_passes_computed"]},
             "identical_accuracies": same,
+            "result_store": "independent runs: --no-cache; the sweep: a fresh, empty store (what it shares "
+                            "between its own checkpoints is what is measured)",
             "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
                         "torch_threads": torch.get_num_threads()},
             "date": time.strftime("%Y-%m-%d %H:%M:%S"),

@@ -51,26 +51,26 @@ def make_batches(lengths, max_tokens_per_batch: int, max_batch_size: int | None 
     return batches
 
 
-def pad_batch(seqs: list[list[int]], batch: Batch, pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded input ids and attention mask for one batch."""
-    ids = torch.full((len(batch.indices), batch.max_len), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(batch.indices), batch.max_len), dtype=torch.long)
-    for row, i in enumerate(batch.indices):
-        s = seqs[i]
-        ids[row, :len(s)] = torch.as_tensor(s, dtype=torch.long)
-        mask[row, :len(s)] = 1
+def pad_rows(rows: list[list[int]], width: int, pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded input ids [len(rows), width] and attention mask for token id lists."""
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for r, s in enumerate(rows):
+        ids[r, :len(s)] = torch.as_tensor(s, dtype=torch.long)
+        mask[r, :len(s)] = 1
     return ids.to(device), mask.to(device)
 
 
-def batch_inputs(seqs: list[list[int]], batch: Batch, pad_id: int, device, causal: bool, prefix=None,
+def batch_inputs(seqs, batch: Batch, pad_id: int, device, causal: bool, prefix=None,
                  base: bool = False) -> tuple[dict, np.ndarray | None]:
-    """Model keyword arguments for one batch, and per row where its position 0 sits in its
-    sequence: whole right-padded sequences, or with `prefix` (a rmbench_fast.prefix.PrefixKV) the
-    suffixes after cached shared prefixes (`base`: for the base model rather than the head model)."""
+    """Model keyword arguments for one batch of `seqs` (tokenize.Encoded), and per row where its
+    position 0 sits in its sequence: whole right-padded sequences, or with `prefix` (a
+    rmbench_fast.prefix.PrefixKV) the suffixes after cached shared prefixes (`base`: for the base
+    model rather than the head model)."""
     if prefix is not None:
         inputs = prefix.inputs(batch, base)
         return inputs, prefix.offsets(batch)
-    ids, mask = pad_batch(seqs, batch, pad_id, device)
+    ids, mask = pad_rows([seqs[i].ids for i in batch.indices], batch.max_len, pad_id, device)
     # right padding never reaches a real token of a causal decoder: no mask, the fast causal path
     return {"input_ids": ids, "attention_mask": None if causal else mask, "use_cache": False}, None
 

@@ -7,27 +7,28 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from .data import STYLES
 from .errors import UsageError
+from .layout import sequence_name
 from .models import load_config, load_tokenizer
-from .options import REF_FREE, SCORED_OPTIONS, ScoreOptions
-from .scorers.dpo import LOGPROB_IMPLS
+from .options import COMPAT, DTYPES, ENGINES, LOGPROB_IMPLS, MODES, REF_FREE, SCORED_OPTIONS, ScoreOptions
 from .tokenize import Encoded
 
 
 def check_options(o: ScoreOptions):
-    if o.mode not in ("auto", "rm", "dpo"):
-        raise UsageError(f"--mode {o.mode}: expected auto, rm or dpo")
+    if o.mode not in MODES:
+        raise UsageError(f"--mode {o.mode}: expected one of {', '.join(MODES)}")
     if o.ref_free is not None and o.ref_free not in REF_FREE:
         raise UsageError(f"--ref-free {o.ref_free}: expected one of {', '.join(REF_FREE)}")
     if o.ref_free is not None and o.ref_model is not None:
         raise UsageError("--ref-free and --ref-model exclude each other: the reference-free rewards use no reference")
-    if o.engine not in ("local", "ray"):
-        raise UsageError(f"--engine {o.engine}: expected local or ray")
+    if o.engine not in ENGINES:
+        raise UsageError(f"--engine {o.engine}: expected one of {', '.join(ENGINES)}")
     if o.num_workers < 1:
         raise UsageError("--num-workers must be at least 1")
-    if o.compat not in (None, "official"):
+    if o.compat is not None and o.compat not in COMPAT:
         raise UsageError(f"--compat {o.compat}: the only compatibility mode is 'official'")
+    if o.dtype is not None and o.dtype not in DTYPES:
+        raise UsageError(f"--dtype {o.dtype}: expected one of {', '.join(DTYPES)}")
     if o.logprob_impl not in LOGPROB_IMPLS:
         raise UsageError(f"--logprob-impl {o.logprob_impl}: expected one of {', '.join(LOGPROB_IMPLS)}")
     if o.max_tokens_per_batch is not None and o.max_tokens_per_batch < 1:
@@ -36,11 +37,6 @@ def check_options(o: ScoreOptions):
         raise UsageError("--max-batch-size must be at least 1")
     if o.prefix_cache_mb is not None and o.prefix_cache_mb < 1:
         raise UsageError("--prefix-cache-mb must be at least 1")
-
-
-def sequence_name(samples, i: int) -> str:
-    """How errors name sequence i of a run: sample, side and style."""
-    return f"sample {samples[i // 6].name}, {'rejected' if i % 2 else 'chosen'} {STYLES[(i % 6) // 2]}"
 
 
 def check_kind(path: str, config, mode: str, what: str) -> None:
@@ -98,9 +94,3 @@ def context_check(samples, seqs: list[Encoded], config, compat: bool):
         if len(e.ids) > limit:
             raise UsageError(f"{sequence_name(samples, i)}: {len(e.ids)} tokens exceed the model's context length "
                              f"{limit}; use --compat official to truncate as the official scripts do")
-
-
-def logprob_impl_used(impl: str, device) -> str:
-    from .kernels import resolve_impl
-
-    return impl if impl == "plain" else resolve_impl(impl, device)

@@ -9,7 +9,9 @@ import sys
 import click
 
 from . import __version__
-from .errors import RmbenchError
+from .cli_cache import cache
+from .cli_options import score_options, scoring_options
+from .errors import RmbenchError, UsageError, one_line
 
 
 def _debug() -> bool:
@@ -40,7 +42,7 @@ class _Group(click.Group):
             if _debug():
                 raise
             where = f" ({e.ctx.command_path} --help)" if getattr(e, "ctx", None) is not None else ""
-            click.echo(f"rmbench-fast: error: {' '.join(e.format_message().split())}{where}", err=True)
+            click.echo(f"rmbench-fast: error: {one_line(e.format_message())}{where}", err=True)
             sys.exit(2 if isinstance(e, click.UsageError) else e.exit_code)
         sys.exit(rv if isinstance(rv, int) else 0)
 
@@ -140,85 +142,10 @@ def _print_run(run, summary, out_dir):
         click.echo(f"results: {out_dir}/results.json, {out_dir}/summary.json, {out_dir}/run.json")
 
 
-def _scoring_options(f):
-    """The data, template, batching and model options that score and sweep share."""
-    opts = [
-        click.option("--ref-model", default=None, help="DPO reference model (reward = sum log p_policy - log p_ref)."),
-        click.option("--mode", type=click.Choice(["auto", "rm", "dpo"]), default="auto", show_default=True,
-                     help="auto: *ForSequenceClassification -> rm, causal LM -> dpo."),
-        click.option("--ref-free", type=click.Choice(["sum", "avg", "norm"]), default=None,
-                     help="DPO without a reference: sum, avg (per token; the official default) or norm "
-                          "(minus the L2 norm of the token log-probs)."),
-        click.option("--data", default="THU-KEG/RM-Bench", show_default=True,
-                     help="RM-Bench data: folder, .json/.jsonl file, or hub dataset id."),
-        click.option("--tokenizer", default=None, help="Tokenizer to use instead of the model's."),
-        click.option("--chat-template", default=None,
-                     help="Built-in template name (tulu) or a Jinja file. Default: the tokenizer's own chat "
-                          "template, else tulu, as the official scripts."),
-        click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None,
-                     help="Model dtype [default: float32 on CPU, bfloat16 on GPU]."),
-        click.option("--device", default=None, help="cpu, cuda, cuda:1, ... [default: cuda when available]."),
-        click.option("--max-tokens-per-batch", type=int, default=None,
-                     help="Padded tokens (rows x longest row) per batch [default: 16384 on GPU, 2048 on CPU, "
-                          "where larger batches only add page faults]."),
-        click.option("--max-batch-size", type=int, default=None, help="At most this many sequences per batch."),
-        click.option("--compat", type=click.Choice(["official"]), default=None,
-                     help="Reproduce the official pipeline's truncation (RM: left, 2048 tokens; DPO: prompt "
-                          "to its last 128 tokens, responses to 1920) and its top-label RM score."),
-        click.option("--label-index", type=int, default=None, help="Logit column of a multi-label reward head."),
-        click.option("--logprob-impl", type=click.Choice(["auto", "triton", "torch", "plain"]), default="auto",
-                     show_default=True, help="DPO log-prob path: the fused Triton kernel (GPU), its chunked "
-                     "torch twin (CPU), or plain (the model's full logits). auto: triton on CUDA, torch otherwise."),
-        click.option("--share-prefix/--no-share-prefix", default=False, show_default=True,
-                     help="Causal decoders: run each prompt's shared prefix (its six sequences start with the "
-                          "same templated prompt) once, and the responses on top of its KV cache. Saves the "
-                          "prompt tokens (13-16% on RM-Bench) at the cost of masked attention over the cache; "
-                          "on CPU at RM-Bench's prompt lengths the two about cancel (see README)."),
-        click.option("--prefix-cache-mb", type=int, default=None,
-                     help="Memory for shared-prefix KV caches at a time; prompts are taken in waves that fit "
-                          "[default: 1024 on CPU, a tenth of the GPU's memory]."),
-        click.option("--trust-remote-code", is_flag=True,
-                     help="Allow code shipped with the model to run (off by default)."),
-        click.option("--limit", type=int, default=None, help="Only the first N prompts of each domain."),
-        click.option("--domains", multiple=True, help="Only these domains (chat, code, math, safety-refuse, "
-                     "safety-response, safety); repeat or separate with commas."),
-        click.option("--cache-dir", default=None, help="The result store: finished work is reused and "
-                     "interrupted work resumed [default: $RMBENCH_CACHE/store, ~/.cache/rmbench-fast/store]."),
-        click.option("--no-cache", is_flag=True, help="Turn the result store off: compute everything."),
-        click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-                     help="ray: spread the work over Ray workers (pip install -e '.[ray]')."),
-        click.option("--ray-address", default=None, help="Ray cluster to join [default: RAY_ADDRESS, else start "
-                     "a local Ray instance]."),
-        click.option("--num-workers", type=int, default=2, show_default=True, help="Ray workers (one model each)."),
-        click.option("--gpus-per-worker", type=float, default=0.0, show_default=True,
-                     help="GPUs per Ray worker (0: CPU workers)."),
-        click.option("--allow-pickle-weights", is_flag=True, help="Load pickle-format weights (.bin), which can "
-                     "run code; without it only safetensors load."),
-        click.option("--overwrite", is_flag=True, help="Replace another run's results in the output folder."),
-        click.option("--quiet", "-q", is_flag=True, help="No progress bar."),
-    ]
-    for opt in reversed(opts):
-        f = opt(f)
-    return f
-
-
-def _options(model, output, kw):
-    """ScoreOptions from the shared options: same names, except --no-cache, --quiet and --domains."""
-    from dataclasses import fields
-
-    from .options import ScoreOptions
-
-    names = {f.name for f in fields(ScoreOptions)}
-    given = {k: v for k, v in kw.items() if k in names}
-    given.update(model=model, output=output, domains=tuple(kw["domains"]), cache=not kw["no_cache"],
-                 progress=not kw["quiet"])
-    return ScoreOptions(**given)
-
-
 @main.command()
 @click.option("--model", required=True, help="Reward model or DPO policy: a local folder or a hub id.")
 @click.option("--output", "-o", default=None, help="Folder for results.json, summary.json and run.json.")
-@_scoring_options
+@scoring_options
 def score(model, output, **kw):
     """Score a reward model or DPO model on RM-Bench and print its accuracy.
 
@@ -229,7 +156,7 @@ def score(model, output, **kw):
     """
     from .engine import score as run_score
 
-    result = run_score(_options(model, output, kw))
+    result = run_score(score_options(model, output, kw))
     _print_run(result.run, result.summary, output)
 
 
@@ -239,7 +166,7 @@ def score(model, output, **kw):
 @click.option("--output", "-o", required=True, help="Folder for the sweep: one sub-folder per checkpoint, "
               "sweep.csv, sweep.json, sweep.png, report.md.")
 @click.option("--no-plots", is_flag=True, help="Skip the pictures and report at the end.")
-@_scoring_options
+@scoring_options
 def sweep(models, checkpoints, output, no_plots, **kw):
     """Score every checkpoint of a training run, ordered by step.
 
@@ -253,7 +180,7 @@ def sweep(models, checkpoints, output, no_plots, **kw):
     from .sweep import find_checkpoints, run_sweep
 
     found = find_checkpoints(models, checkpoints)
-    result = run_sweep(_options(None, None, kw), found, output, plots=not no_plots, echo=click.echo)
+    result = run_sweep(score_options(None, None, kw), found, output, plots=not no_plots, echo=click.echo)
     from .plots import _table
 
     click.echo("\n" + _table(result["checkpoints"]))
@@ -289,35 +216,23 @@ def demo(output, cache_dir, quiet):
     run_demo(output, cache_dir, progress=not quiet, echo=click.echo, print_run=_print_run)
 
 
-@main.command()
-@click.option("--data", default="../shared/rm-bench", show_default=True, help="RM-Bench folder both flows read.")
-@click.option("--limit", type=int, default=8, show_default=True, help="Prompts per domain.")
-@click.option("--rounds", type=int, default=3, show_default=True, help="Alternating rounds; medians are reported.")
-@click.option("--modes", multiple=True, type=click.Choice(["rm", "dpo", "dpo-ref-free"]),
-              default=("rm", "dpo", "dpo-ref-free"), show_default=True)
-@click.option("--out", default=None, help="JSON file [default: benchmarks/results/throughput-cpu.json].")
-@click.option("--model-dir", default=None, help="Where the random-weight models are built once.")
-@click.option("--vocab", type=int, default=32000, show_default=True)
-@click.option("--hidden", type=int, default=512, show_default=True)
-@click.option("--layers", type=int, default=4, show_default=True)
-@click.option("--heads", type=int, default=8, show_default=True)
-@click.option("--peer-python", default=None, help="Python of the official flow's environment "
-              "[default: benchmarks/peer/.venv, made by benchmarks/peer/setup.sh].")
-@click.option("--share-prefix", is_flag=True, help="Run rmbench-fast with --share-prefix.")
-def bench(data, limit, rounds, modes, out, model_dir, vocab, hidden, layers, heads, peer_python, share_prefix):
-    """Throughput against the official RM-Bench flow (allenai's rewardbench), same model and data.
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True}, add_help_option=False)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def bench(args):
+    """Throughput against the official flow (runs benchmarks/throughput.py; `bench --help` lists its
+    options). Needs a source checkout and `bash benchmarks/peer/setup.sh` once."""
+    import runpy
+    from pathlib import Path
 
-    Builds random-weight Llama-style models (fp32, CPU), runs rmbench-fast and the official flow
-    alternately as subprocesses for RM, DPO with a reference and DPO reference-free, and reports
-    tokens/s, speedup, peak RSS, padded/real tokens, model-FLOP efficiency, score parity, and the
-    speedup bound: the official wall time over the model's FLOPs at the measured matmul rate (what
-    any implementation doing those FLOPs could reach at best).
-    Needs a source checkout (benchmarks/peer) and `bash benchmarks/peer/setup.sh` once.
-    """
-    from .bench import main as run_bench
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "throughput.py"
+    if not script.is_file():
+        raise UsageError("bench runs benchmarks/throughput.py of a source checkout (git clone the project, then "
+                         "pip install -e .); this installation has no benchmarks folder")
+    sys.argv = [str(script), *args]
+    runpy.run_path(str(script), run_name="__main__")
 
-    run_bench(data, limit, rounds, list(modes), out, model_dir, vocab, hidden, layers, heads, peer_python,
-              echo=click.echo, share_prefix=share_prefix)
+
+main.add_command(cache)
 
 
 def entry():

@@ -3,48 +3,26 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from .engine import ScoreOptions, score
-from .tiny import CHAT_TEMPLATE, build_model, llama_config, save_model, train_tokenizer
+from .paths import cache_root
+from .tiny import CHAT_TEMPLATE, build_trio, train_tokenizer
 
 DEMO_DATA = Path(__file__).parent / "demo_data" / "rmbench_demo.json"
 DEMO_VERSION = "1"  # bump when the demo models change, so caches rebuild
 
 
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("RMBENCH_CACHE", Path.home() / ".cache" / "rmbench-fast"))
-
-
 def build_demo_models(cache_dir=None) -> dict:
     """A reward model and a DPO policy/reference pair sharing one tokenizer (with a chat template),
-    built once under the cache folder (atomically: a half-built folder is never used)."""
-    root = Path(cache_dir) if cache_dir else default_cache_dir()
-    dest = root / f"demo-models-v{DEMO_VERSION}"
-    paths = {k: dest / k for k in ("rm", "policy", "reference")}
+    built once under the cache folder."""
+    dest = (Path(cache_dir) if cache_dir else cache_root()) / f"demo-models-v{DEMO_VERSION}"
     if (dest / "COMPLETE").is_file():
-        return paths
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".demo-models-", dir=root))
-    try:
-        items = json.loads(DEMO_DATA.read_text(encoding="utf-8"))
-        texts = [x["prompt"] for x in items] + [r for x in items for r in x["chosen"] + x["rejected"]]
-        tok = train_tokenizer(texts, vocab_size=600, chat_template=CHAT_TEMPLATE)
-        cfg = dict(vocab_size=len(tok), hidden=128, layers=2, heads=4)
-        save_model(build_model("rm", llama_config(**cfg), seed=0), tok, tmp / "rm")
-        save_model(build_model("lm", llama_config(**cfg), seed=1), tok, tmp / "policy")
-        save_model(build_model("lm", llama_config(**cfg), seed=2), tok, tmp / "reference")
-        (tmp / "COMPLETE").write_text("ok\n")
-        if dest.exists():
-            shutil.rmtree(dest)
-        os.replace(tmp, dest)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return paths
+        return build_trio(dest, None)
+    items = json.loads(DEMO_DATA.read_text(encoding="utf-8"))
+    texts = [x["prompt"] for x in items] + [r for x in items for r in x["chosen"] + x["rejected"]]
+    tok = train_tokenizer(texts, vocab_size=600, chat_template=CHAT_TEMPLATE)
+    return build_trio(dest, tok, hidden=128, layers=2, heads=4)
 
 
 def run_demo(output, cache_dir=None, progress=True, echo=print, print_run=None):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import RmbenchError, UsageError
+from .errors import RmbenchError, UsageError, one_line
 
 MAX_ATTEMPTS = 3
 
@@ -57,56 +57,45 @@ def ensure_ray(cfg: RayConfig):
 
 
 class _Worker:
-    """Holds one model on its device and scores units of batches."""
+    """Holds one model on its device and scores units of batches with the run's scorer, through the
+    same loop as a local pass (runner.run_batches)."""
 
-    def __init__(self, model_path, mode, dtype, device, trust_remote_code, pad_id, label, logprob_impl, threads,
-                 allow_pickle=False):
+    def __init__(self, scorer, model_path, dtype, device, trust_remote_code, allow_pickle, threads):
         import torch
 
-        from .models import load_model
+        from .runner import load_for_pass
 
         if threads:
             torch.set_num_threads(threads)
         if device == "cuda" and not torch.cuda.is_available():
             device = "cpu"
         self.device = torch.device(device)
-        if self.device.type == "cpu":
-            from .runtime import keep_freed_memory
-
-            keep_freed_memory()
-        self.mode, self.pad_id, self.label, self.impl = mode, pad_id, label, logprob_impl
-        self.model = load_model(model_path, mode, getattr(torch, dtype), self.device, trust_remote_code,
-                                allow_pickle)
-        if mode == "rm" and self.model.config.pad_token_id is None:
-            self.model.config.pad_token_id = pad_id
+        self.scorer = scorer
+        self.model, _ = load_for_pass(scorer, model_path, getattr(torch, dtype), self.device, trust_remote_code,
+                                      allow_pickle)
 
     def pid(self) -> int:
         return os.getpid()
 
-    def score_unit(self, seqs, starts, batches, plan=None, max_tokens=None):
-        """seqs / starts: the unit's sequences; batches: index arrays into them (with max lengths);
-        plan: the unit's (prefix, group, wave) arrays when prompt prefixes are shared."""
+    def score_unit(self, seqs, batches, batch_lengths, names, plan=None, max_tokens=None):
+        """seqs: the unit's sequences (tokenize.Encoded); batches: (index list into them, max length);
+        names: how errors name each; plan: the unit's (prefix, group, wave) arrays when prompt
+        prefixes are shared."""
         from .batching import Batch
         from .prefix import PrefixKV, PrefixPlan
+        from .runner import run_batches
 
         _maybe_die()
-        from .scorers.dpo import sequence_logprob_stats
-        from .scorers.rm import score_rm
-
         n = len(seqs)
         local = [Batch(np.asarray(ix), m) for ix, m in batches]
         prefix = None
         if plan is not None:
-            prefix = PrefixKV(self.model, seqs, PrefixPlan(*map(np.asarray, plan)), np.arange(n), self.pad_id,
-                              self.device, max_tokens)
-        if self.mode == "rm":
-            scores = np.zeros(n)
-            score_rm(self.model, seqs, local, self.pad_id, self.device, self.label, scores, None, prefix)
-            return {"scores": scores}
-        out = (np.zeros(n), np.zeros(n), np.zeros(n))
-        sequence_logprob_stats(self.model, seqs, starts, local, self.pad_id, self.device, out, None, self.impl,
-                               prefix)
-        return {"total": out[0], "count": out[1], "sumsq": out[2]}
+            prefix = PrefixKV(self.model, [e.ids for e in seqs], PrefixPlan(*map(np.asarray, plan)), np.arange(n),
+                              self.scorer.pad_id, self.device, max_tokens)
+        arrays = {name: np.zeros(n) for name in self.scorer.outputs}
+        run_batches(self.scorer, self.model, seqs, local, arrays, self.device, np.asarray(batch_lengths),
+                    names.__getitem__, None, prefix)
+        return os.getpid(), arrays
 
 
 def _maybe_die():
@@ -139,9 +128,23 @@ def make_units(batches, n_workers: int, per_worker: int = 4):
     return units
 
 
-def run_pass_on_ray(cfg: RayConfig, prep, o, model_path: str, label, todo, arrays: dict, on_batch):
-    """The model pass of engine.model_pass, over Ray actors. Writes into `arrays`; calls on_batch
-    for every batch of every finished unit (which marks it done and saves progress)."""
+def ray_compute(cfg: RayConfig, prep, o, model_path: str):
+    """compute(todo, arrays, on_batch) for a model pass over Ray actors (caching.cached_pass calls
+    it): writes into `arrays`, calls on_batch for every batch of every finished unit (which marks
+    it done and saves progress)."""
+
+    def compute(todo, arrays, on_batch):
+        work = run_pass_on_ray(cfg, prep, o, model_path, todo, arrays, on_batch)
+        return {"engine": "ray", "workers": cfg.num_workers, "sequences_per_worker": work}
+
+    return compute
+
+
+def run_pass_on_ray(cfg: RayConfig, prep, o, model_path: str, todo, arrays: dict, on_batch) -> dict:
+    """Returns the sequences each worker process scored ({pid: count}): their sum is the pass's
+    sequences when no finished work was redone."""
+    from .layout import sequence_name
+
     ray = ensure_ray(cfg)
     worker_cls = ray.remote(num_cpus=cfg.cpus_per_worker, num_gpus=cfg.gpus_per_worker, max_restarts=0,
                             max_task_retries=0)(_Worker)
@@ -150,15 +153,14 @@ def run_pass_on_ray(cfg: RayConfig, prep, o, model_path: str, label, todo, array
     threads = max(1, int(cfg.cpus_per_worker)) if device == "cpu" else None
 
     def spawn():
-        return worker_cls.remote(model_path, prep.mode, dtype, device, o.trust_remote_code, prep.pad_id, label,
-                                 o.logprob_impl, threads, o.allow_pickle_weights)
+        return worker_cls.remote(prep.scorer, model_path, dtype, device, o.trust_remote_code, o.allow_pickle_weights,
+                                 threads)
 
-    ids = [e.ids for e in prep.seqs]
-    starts = [e.start for e in prep.seqs]
     queue = list(enumerate(make_units(todo, cfg.num_workers)))
     attempts = {k: 0 for k, _ in queue}
     idle = [spawn() for _ in range(min(cfg.num_workers, len(queue)))]
-    running = {}  # future -> (unit index, unit, actor)
+    running = {}  # future -> (unit index, unit, actor, sequence indices)
+    work = {}
     try:
         while queue or running:
             while queue and idle:
@@ -169,7 +171,8 @@ def run_pass_on_ray(cfg: RayConfig, prep, o, model_path: str, label, todo, array
                 local = [([where[int(g)] for g in b.indices], b.max_len) for b in unit]
                 plan = None if prep.plan is None else (prep.plan.prefix[index], prep.plan.group[index],
                                                        prep.plan.wave[index])
-                fut = actor.score_unit.remote([ids[g] for g in index], [starts[g] for g in index], local, plan,
+                fut = actor.score_unit.remote([prep.seqs[g] for g in index], local, prep.batch_lengths[index],
+                                              [sequence_name(prep.samples, int(g)) for g in index], plan,
                                               prep.max_tokens)
                 running[fut] = (k, unit, actor, index)
             done, _ = ray.wait(list(running), num_returns=1)
@@ -191,6 +194,8 @@ def run_pass_on_ray(cfg: RayConfig, prep, o, model_path: str, label, todo, array
                 queue.insert(0, (k, unit))
                 idle.append(actor)
                 continue
+            pid, result = result
+            work[str(pid)] = work.get(str(pid), 0) + len(index)
             for name, values in result.items():
                 arrays[name][index] = values
             idle.append(actor)
@@ -202,34 +207,23 @@ def run_pass_on_ray(cfg: RayConfig, prep, o, model_path: str, label, todo, array
                 ray.kill(actor)
             except Exception:
                 pass
+    return work
 
 
 def _give_up_if(attempts: int, k: int, unit, error):
     if attempts >= MAX_ATTEMPTS:
         n = sum(len(b.indices) for b in unit)
-        last = " ".join(str(error).split())[-400:]
+        last = one_line(error, 400, tail=True)
         raise RmbenchError(f"work unit {k} ({n} sequences, longest {unit[0].max_len} tokens) failed "
                            f"{attempts} times; last error: {last}")
 
 
-def _sweep_task(o, store_dir):
-    from .engine import score
-    from .store import Store
-
-    store = Store(store_dir)
-    try:
-        run = score(o, store=store)
-    finally:
-        store.close()
-    return {"summary": run.summary, "passes": run.run["passes"], "passes_computed": run.run["passes_computed"]}
-
-
-def run_checkpoints_on_ray(cfg: RayConfig, jobs: list, store_dir: str):
-    """jobs: [(key, ScoreOptions)]; each runs the local engine on some worker against the shared
-    store. Yields (key, result) in completion order; a job whose worker dies is run again (it
+def run_checkpoints_on_ray(cfg: RayConfig, jobs: list, store_dir: str, task_fn):
+    """jobs: [(key, ScoreOptions)]; task_fn(options, store_dir) runs each (the local engine) on some
+    worker against the shared store. Yields (key, result) in completion order; a job whose worker dies is run again (it
     resumes from the store), up to MAX_ATTEMPTS."""
     ray = ensure_ray(cfg)
-    task = ray.remote(num_cpus=cfg.cpus_per_worker, num_gpus=cfg.gpus_per_worker, max_retries=0)(_sweep_task)
+    task = ray.remote(num_cpus=cfg.cpus_per_worker, num_gpus=cfg.gpus_per_worker, max_retries=0)(task_fn)
     pending = list(jobs)
     attempts = {k: 0 for k, _ in jobs}
     running = {}
@@ -247,5 +241,5 @@ def run_checkpoints_on_ray(cfg: RayConfig, jobs: list, store_dir: str):
             attempts[k] += 1
             if attempts[k] >= MAX_ATTEMPTS:
                 raise RmbenchError(f"checkpoint {k} failed {attempts[k]} times; last error: "
-                                   f"{' '.join(str(e).split())[-400:]}") from None
+                                   f"{one_line(e, 400, tail=True)}") from None
             pending.insert(0, (k, o))

@@ -1,11 +1,21 @@
-"""Errors that the CLI reports as one line on stderr with exit status 2 (no traceback)."""
+"""Errors that the CLI reports as one line on stderr with exit status 2 (no traceback), and the one
+way every message is squeezed onto a line."""
+
+
+def one_line(text, limit: int | None = None, tail: bool = False) -> str:
+    """`text` (or an exception) with its whitespace runs collapsed to single spaces; cut to its first
+    (or, with tail, last) `limit` characters."""
+    out = " ".join(str(text).split())
+    if limit is not None and len(out) > limit:
+        out = out[-limit:] if tail else out[:limit]
+    return out
 
 
 class RmbenchError(Exception):
     """Base class: a fault in the user's input, options or environment, not a bug."""
 
     def one_line(self) -> str:
-        return " ".join(str(self).split())
+        return one_line(self)
 
 
 class DataError(RmbenchError):

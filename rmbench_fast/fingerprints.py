@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
+
+from .atomic import atomic_write_json
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
@@ -56,8 +57,6 @@ class HashCache:
 
     def save(self) -> None:
         if self.path and self.dirty:
-            from .results import atomic_write_json
-
             atomic_write_json(self.path, self.entries, indent=None)
             self.dirty = False
 
@@ -105,7 +104,3 @@ def data_fingerprint(samples) -> str:
         h.update(json.dumps([s.domain, s.id, s.prompt, s.chosen, s.rejected], ensure_ascii=False).encode())
         h.update(b"\n")
     return h.hexdigest()
-
-
-def default_cache_root() -> Path:
-    return Path(os.environ.get("RMBENCH_CACHE", Path.home() / ".cache" / "rmbench-fast"))

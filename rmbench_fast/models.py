@@ -6,9 +6,8 @@ from pathlib import Path
 
 import torch
 
-from .errors import UsageError
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+from .errors import UsageError, one_line
+from .options import DTYPES
 
 
 def resolve_device(device: str | None) -> torch.device:
@@ -28,7 +27,7 @@ def resolve_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     if dtype not in DTYPES:
         raise UsageError(f"--dtype {dtype}: expected one of {', '.join(DTYPES)}")
-    return DTYPES[dtype]
+    return getattr(torch, dtype)
 
 
 def check_model_path(path: str, what: str = "model") -> None:
@@ -51,9 +50,9 @@ def load_config(path: str, trust_remote_code: bool):
     try:
         return AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     except OSError as e:
-        raise UsageError(f"model {path}: cannot load its config ({' '.join(str(e).split())[:300]})") from None
+        raise UsageError(f"model {path}: cannot load its config ({one_line(e, 300)})") from None
     except ValueError as e:
-        raise UsageError(f"model {path}: {' '.join(str(e).split())[:300]}") from None
+        raise UsageError(f"model {path}: {one_line(e, 300)}") from None
 
 
 def detect_mode(config) -> str:
@@ -73,7 +72,7 @@ def load_tokenizer(path: str, trust_remote_code: bool):
     try:
         tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, TypeError) as e:
-        raise UsageError(f"tokenizer {path}: cannot load it ({' '.join(str(e).split())[:300]})") from None
+        raise UsageError(f"tokenizer {path}: cannot load it ({one_line(e, 300)})") from None
     if tok.eos_token_id is None and tok.pad_token_id is None:
         raise UsageError(f"tokenizer {path}: has neither an EOS nor a pad token")
     return tok
@@ -112,7 +111,7 @@ def load_model(path: str, mode: str, dtype: torch.dtype, device: torch.device, t
     except (OSError, ValueError) as e:
         hint = "" if allow_pickle_weights else " (only safetensors weights load without --allow-pickle-weights)"
         raise UsageError(f"model {path}: cannot load it as {'a sequence classifier' if mode == 'rm' else 'a causal LM'}"
-                         f" ({' '.join(str(e).split())[:300]}){hint}") from None
+                         f" ({one_line(e, 300)}){hint}") from None
     return model.to(device).eval().requires_grad_(False)
 
 

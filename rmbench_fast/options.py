@@ -1,12 +1,22 @@
-"""What a run is asked to do: the options of `score` and `sweep`."""
+"""What a run is asked to do: the options of `score` and `sweep`, their choices and defaults.
+
+The command line reads its choices and defaults from here, so the library and the CLI cannot
+disagree. `checks.check_options` validates a ScoreOptions built by library callers.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from .data import HUB_DEFAULT
 
-REF_FREE = ("sum", "avg", "norm")
+MODES = ("auto", "rm", "dpo")
+REF_FREE = ("sum", "avg", "norm")  # DPO without a reference; avg is the official default
+DEFAULT_REF_FREE = "avg"
+LOGPROB_IMPLS = ("auto", "triton", "torch", "plain")
+COMPAT = ("official",)
+ENGINES = ("local", "ray")
+DTYPES = ("float32", "bfloat16", "float16")
 # Padded tokens per batch when not given: on GPU large batches; on CPU batches whose activations
 # stay under glibc's mmap threshold (rmbench_fast.runtime), which measured 7-11% faster.
 DEFAULT_MAX_TOKENS = {"cuda": 16384, "cpu": 2048}
@@ -18,11 +28,11 @@ class ScoreOptions:
     data: str = HUB_DEFAULT
     output: str | None = None
     ref_model: str | None = None
-    mode: str = "auto"  # auto | rm | dpo
-    ref_free: str | None = None  # sum | avg | norm; DPO without a reference (default avg)
+    mode: str = "auto"  # MODES
+    ref_free: str | None = None  # REF_FREE; DPO without a reference (default avg)
     tokenizer: str | None = None
     chat_template: str | None = None
-    dtype: str | None = None
+    dtype: str | None = None  # DTYPES; default float32 on CPU, bfloat16 on GPU
     device: str | None = None
     max_tokens_per_batch: int | None = None  # default: DEFAULT_MAX_TOKENS for the device
     max_batch_size: int | None = None
@@ -31,18 +41,23 @@ class ScoreOptions:
     limit: int | None = None
     domains: tuple = ()
     label_index: int | None = None
-    logprob_impl: str = "auto"  # auto | triton | torch | plain (DPO log-prob path)
+    logprob_impl: str = "auto"  # LOGPROB_IMPLS (DPO log-prob path)
     share_prefix: bool = False  # compute each prompt's shared prefix once (causal decoders)
     prefix_cache_mb: int | None = None  # memory for prefix caches at a time (default: 1 GiB CPU, 1/10 GPU)
     cache: bool = True  # the result store: reuse finished work, resume interrupted work
     cache_dir: str | None = None  # default: $RMBENCH_CACHE/store or ~/.cache/rmbench-fast/store
-    engine: str = "local"  # local | ray
+    engine: str = "local"  # ENGINES
     ray_address: str | None = None
     num_workers: int = 2
     gpus_per_worker: float = 0.0
     overwrite: bool = False  # replace another run's results in `output`
     allow_pickle_weights: bool = False  # pickle weights (.bin) can run code when loaded
     progress: bool = True
+
+
+def default(name: str):
+    """The default of a ScoreOptions field (for the command line)."""
+    return next(f.default for f in fields(ScoreOptions) if f.name == name)
 
 
 # The options that decide what a run's numbers are: a folder holding results of other values is

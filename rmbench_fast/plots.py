@@ -84,7 +84,7 @@ def plot_run(run_dir) -> list[Path]:
     """Pictures and report.md for a score run folder (summary.json) or a sweep folder (sweep.json)."""
     from .errors import DataError
     from .metrics import format_table
-    from .results import atomic_write_text
+    from .atomic import atomic_write_text
 
     run_dir = Path(run_dir)
     made = []

@@ -2,14 +2,14 @@
 same templated prompt. A causal decoder's states at those positions depend only on those tokens,
 so they are computed once per prompt and the six responses run on top of that KV cache.
 
-The plan (engine.prepare) gives every sequence its shared prefix length and cuts the prompts into
+The plan (prepare.prepare) gives every sequence its shared prefix length and cuts the prompts into
 waves whose prefix caches fit a memory budget; batches are made per wave from the suffix lengths.
 PrefixKV (per model pass) computes a wave's prefix caches when its first batch arrives and builds
 each suffix batch's inputs: the prefixes right-aligned in a cache (left holes masked), the
 suffixes right-padded after them, position ids continuing from each row's own prefix.
 
-A prefix never covers a position that is read out: RM pools at the last non-pad token, DPO reads
-the hidden states from the one before the first response token. Sharing is checked once per pass
+A prefix never covers a position that is read out (each scorer's `readout_limit`: RM pools at the
+last non-pad token, DPO reads the hidden states from the one before the first response token). Sharing is checked once per pass
 against a plain forward of one sequence; a model for which the two disagree runs unshared.
 """
 
@@ -22,11 +22,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .batching import Batch, make_batches, pad_batch
+from .fingerprints import sha256_text
+from .batching import Batch, make_batches, pad_rows
+from .layout import PER_PROMPT
 
 log = logging.getLogger("rmbench_fast")
 
-GROUP = 6  # sequences per prompt, consecutive (engine.sequence_index)
 MIN_PREFIX = 8  # shorter common prefixes are not worth a cache
 
 
@@ -48,22 +49,13 @@ class PrefixPlan:
     def saved_tokens(self) -> int:
         return int(self.prefix.sum()) - self.shared_tokens()
 
-
-def readout_limits(seqs: list[list[int]], starts: list[int], mode: str, pad_id: int) -> np.ndarray:
-    """The longest prefix each sequence can share: RM reads its last non-pad token, DPO the states
-    from the token before its first response token on."""
-    out = np.zeros(len(seqs), dtype=np.int64)
-    for i, s in enumerate(seqs):
-        if mode == "rm":
-            last = max((t for t in range(len(s) - 1, -1, -1) if s[t] != pad_id), default=0)
-            out[i] = last
-        else:
-            out[i] = max(0, starts[i] - 1)
-    return out
+    def key(self) -> tuple:
+        """What a model pass's store key needs of the plan."""
+        return ("prefix-v1", sha256_text(self.prefix.tobytes().hex(), self.wave.tobytes().hex()))
 
 
 def plan_prefixes(seqs: list[list[int]], limits: np.ndarray, kv_bytes_per_token: int, budget_bytes: int,
-                  group_size: int = GROUP, min_prefix: int = MIN_PREFIX) -> PrefixPlan:
+                  group_size: int = PER_PROMPT, min_prefix: int = MIN_PREFIX) -> PrefixPlan:
     """Common prefix of each group of `group_size` consecutive sequences, capped by `limits`;
     prompts are packed into waves in order while their prefix caches fit `budget_bytes`."""
     n = len(seqs)
@@ -168,7 +160,7 @@ class PrefixKV:
         lens = self.plan.prefix[lead]
         prefixes = [self.seqs[i][:p] for i, p in zip(lead, lens)]
         for b in make_batches(lens, self.max_tokens):
-            ids, _ = pad_batch(prefixes, b, self.pad_id, self.device)
+            ids, _ = pad_rows([prefixes[j] for j in b.indices], b.max_len, self.pad_id, self.device)
             out = self.base(input_ids=ids, use_cache=True)
             layers = _layers(out.get("cache") if out.get("cache") is not None else out.get("past_key_values"))
             for r, j in enumerate(b.indices):
@@ -204,8 +196,7 @@ class PrefixKV:
             self._load_wave(w)
         off = self.offsets(batch)
         suffixes = [self.seqs[i][o:] for i, o in zip(rows, off)]
-        ids, suffix_mask = pad_batch(suffixes, Batch(np.arange(len(rows)), max(map(len, suffixes))), self.pad_id,
-                                     self.device)
+        ids, suffix_mask = pad_rows(suffixes, max(map(len, suffixes)), self.pad_id, self.device)
         pm = int(off.max())
         if pm == 0:  # nothing shared: the fast causal path, no mask
             return {"input_ids": ids, "use_cache": False}

@@ -9,37 +9,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from .atomic import atomic_write_json
 from .data import DOMAINS, Sample, file_domain
 from .errors import DataError
-
-
-def atomic_write_text(path, text: str) -> None:
-    """Write `text` to `path` so that a reader sees the old file or the whole new one, never a part."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def atomic_write_json(path, obj, indent: int | None = 2) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False, allow_nan=False) + "\n")
 
 
 def results_items(samples: list[Sample], chosen: np.ndarray, rejected: np.ndarray) -> list[dict]:

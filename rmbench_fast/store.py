@@ -9,13 +9,14 @@ every read checks the zip's CRCs and the key inside, and a damaged entry is dele
 
 from __future__ import annotations
 
-import os
-import tempfile
+import shutil
+import time
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
+from .atomic import atomic_open
 from .fingerprints import HashCache
 
 
@@ -51,17 +52,8 @@ class Store:
             return None
 
     def _write(self, path: Path, key: str, arrays: dict) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(f, __key__=np.array(key), **arrays)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_open(path) as f:
+            np.savez(f, __key__=np.array(key), **arrays)
 
     def get(self, key: str) -> dict | None:
         got = self.memory.get(key)
@@ -93,3 +85,34 @@ class Store:
 
     def close(self) -> None:
         self.hashes.save()
+
+
+def store_usage(root: Path) -> dict:
+    """What the store at `root` holds: finished and partial entries, bytes, oldest and newest."""
+    root = Path(root)
+    out = {"root": str(root), "entries": 0, "partial": 0, "bytes": 0, "oldest": None, "newest": None}
+    times = []
+    for kind, name in (("entries", "entries"), ("partial", "partial")):
+        for p in (root / kind).rglob("*.npz") if (root / kind).is_dir() else []:
+            st = p.stat()
+            out[name] += 1
+            out["bytes"] += st.st_size
+            times.append(st.st_mtime)
+    hashes = root / "file-hashes.json"
+    if hashes.is_file():
+        out["bytes"] += hashes.stat().st_size
+    if times:
+        fmt = lambda t: time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))  # noqa: E731
+        out["oldest"], out["newest"] = fmt(min(times)), fmt(max(times))
+    return out
+
+
+def clear_store(root: Path) -> dict:
+    """Delete everything the store at `root` holds; returns what was there."""
+    root = Path(root)
+    before = store_usage(root)
+    for kind in ("entries", "partial"):
+        if (root / kind).is_dir():
+            shutil.rmtree(root / kind)
+    (root / "file-hashes.json").unlink(missing_ok=True)
+    return before

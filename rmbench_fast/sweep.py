@@ -17,9 +17,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from .engine import ScoreOptions, open_store, score
+from .engine import ScoreOptions, model_pass, open_store, prepare, score
 from .errors import UsageError
-from .results import atomic_write_json, atomic_write_text
+from .atomic import atomic_write_json, atomic_write_text
+from .store import Store
 
 _STEP = re.compile(r"(?:checkpoint|step|ckpt|iter)[-_]?(\d+)$|(\d+)$", re.IGNORECASE)
 
@@ -117,11 +118,20 @@ def run_sweep(o: ScoreOptions, checkpoints: list[tuple[int | None, str]], output
     return {"checkpoints": rows, "model_passes_computed": computed, "model_passes_cached": cached}
 
 
+def _checkpoint_task(o: ScoreOptions, store_dir: str) -> dict:
+    """One checkpoint on a Ray worker: the local engine against the shared store."""
+    store = Store(store_dir)
+    try:
+        run = score(o, store=store)
+    finally:
+        store.close()
+    return {"summary": run.summary, "passes": run.run["passes"], "passes_computed": run.run["passes_computed"]}
+
+
 def _sweep_on_ray(o: ScoreOptions, checkpoints, subs, out: Path, meta: dict, hooks, echo):
     """The reference pass first, spread over every worker; then one task per checkpoint, each running
     the local engine on some worker against the shared result store."""
     from .distributed import RayConfig, run_checkpoints_on_ray
-    from .engine import model_pass, prepare
 
     if not o.cache:
         raise UsageError("--engine ray shares work through the result store: drop --no-cache (and put --cache-dir "
@@ -140,7 +150,7 @@ def _sweep_on_ray(o: ScoreOptions, checkpoints, subs, out: Path, meta: dict, hoo
     jobs = [(k, replace(o, model=path, output=str(out / sub), engine="local", progress=False))
             for k, ((_, path), sub) in enumerate(zip(checkpoints, subs))]
     rows = {}
-    for k, result in run_checkpoints_on_ray(cfg, jobs, str(store.root)):
+    for k, result in run_checkpoints_on_ray(cfg, jobs, str(store.root), _checkpoint_task):
         step, path = checkpoints[k]
         computed += result["passes_computed"]
         cached += result["passes"] - result["passes_computed"]

@@ -1,4 +1,5 @@
-"""Tiny random-weight models and tokenizers, built offline: for the demo, tests and benchmarks.
+"""Tiny random-weight models and tokenizers, built offline: the one place the demo, the tests and
+the benchmarks get their models from.
 
 The tokenizer is a byte-level BPE trained on the fly with `tokenizers` (every byte encodes, so
 any text works); models are Llama-style with random weights.
@@ -7,6 +8,9 @@ any text works); models are Llama-style with random weights.
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import torch
@@ -16,10 +20,16 @@ CHAT_TEMPLATE = ("{% for m in messages %}{{ '<|' + m['role'] + '|>\n' + m['conte
                  "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}")
 
 
+def corpus(samples) -> list[str]:
+    """Every prompt and response of `samples` (data.Sample): text to train a tokenizer on."""
+    return [s.prompt for s in samples] + [r for s in samples for r in s.chosen + s.rejected]
+
+
 def train_tokenizer(texts, vocab_size: int = 512, chat_template: str | None = None,
                     tokenizer_class: str = "PreTrainedTokenizerFast", pad: bool = False):
     """A byte-level BPE tokenizer with <s> (BOS, prepended by the post-processor) and </s> (EOS);
-    a pad token only when `pad`. `tokenizer_class` is what tokenizer_config.json will name."""
+    a pad token only when `pad`. `tokenizer_class` is what tokenizer_config.json will name. Like
+    real decoder tokenizers it returns no token_type_ids."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -33,7 +43,8 @@ def train_tokenizer(texts, vocab_size: int = 512, chat_template: str | None = No
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
                                                        special_tokens=[("<s>", tok.token_to_id("<s>"))])
     out = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
-                                  pad_token="<pad>" if pad else None)
+                                  pad_token="<pad>" if pad else None,
+                                  model_input_names=["input_ids", "attention_mask"])
     if chat_template is not None:
         out.chat_template = chat_template
     out._rmbench_class = tokenizer_class
@@ -83,3 +94,31 @@ def save_model(model, tokenizer, dest) -> Path:
     model.save_pretrained(dest)
     save_tokenizer(tokenizer, dest)
     return dest
+
+
+TRIO = {"rm": ("rm", 0), "policy": ("lm", 1), "reference": ("lm", 2)}
+
+
+def build_trio(dest, tokenizer, dtype=None, seeds: tuple[int, int, int] = (0, 1, 2), **config) -> dict[str, Path]:
+    """A reward model, a DPO policy and a reference sharing `tokenizer` (llama_config(**config),
+    vocabulary from the tokenizer unless given), under dest/{rm,policy,reference}. Built once:
+    into a temp folder renamed into place, so a half-built folder is never used."""
+    dest = Path(dest)
+    paths = {name: dest / name for name in TRIO}
+    if (dest / "COMPLETE").is_file():
+        return paths
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
+    try:
+        config.setdefault("vocab_size", len(tokenizer))
+        for (name, (kind, _)), seed in zip(TRIO.items(), seeds):
+            model = build_model(kind, llama_config(**config), seed)
+            save_model(model if dtype is None else model.to(dtype), tokenizer, tmp / name)
+        (tmp / "COMPLETE").write_text("ok\n")
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(tmp, dest)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return paths

@@ -15,6 +15,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 OFFICIAL_MAX_LENGTH = 2048
 OFFICIAL_MAX_PROMPT_LENGTH = 128
 # Tokenizer classes whose `add_eos_token` setter changed the output in transformers 4.51.
@@ -140,3 +142,17 @@ def _official_truncation(pair):
             answer = answer[:OFFICIAL_MAX_LENGTH - OFFICIAL_MAX_PROMPT_LENGTH]
         out.append((prompt, answer))
     return out
+
+
+def pack(seqs: list[Encoded]) -> dict:
+    """Sequences as flat arrays, for the result store."""
+    lengths = np.array([len(e.ids) for e in seqs], dtype=np.int64)
+    return {"ids": np.array([t for e in seqs for t in e.ids], dtype=np.int64),
+            "offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+            "starts": np.array([e.start for e in seqs], dtype=np.int64),
+            "cuts": np.array([e.cut for e in seqs], dtype=np.int64)}
+
+
+def unpack(a: dict) -> list[Encoded]:
+    ids, off = a["ids"].tolist(), a["offsets"].tolist()
+    return [Encoded(ids[off[i]:off[i + 1]], int(a["starts"][i]), int(a["cuts"][i])) for i in range(len(off) - 1)]

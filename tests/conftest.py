@@ -4,6 +4,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import torch
 
 # Tests never touch the network: no hub look-ups, whatever the machine can reach.
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -20,6 +21,7 @@ SHARED = Path(os.environ.get("RMBENCH_DATA", Path(__file__).resolve().parents[1]
 # A chat template unlike the demo's, so both template paths get exercised with their own texts.
 TEST_TEMPLATE = ("{{ bos_token }}{% for m in messages %}[{{ m['role'] | upper }}] {{ m['content'] }}\n{% endfor %}")
 DEMO = "rmbench_fast/demo_data/rmbench_demo.json"
+DOMAINS = ["chat", "code", "math", "safety-refuse", "safety-response"]
 
 
 @pytest.fixture(scope="session")
@@ -34,23 +36,80 @@ def models(tmp_path_factory, data_path):
     """Tokenizers (chat template; Llama class without template; generic without template) and
     models for each: a reward model, a DPO policy and reference."""
     from rmbench_fast.data import load_dataset
-    from rmbench_fast.tiny import build_model, llama_config, save_model, train_tokenizer
+    from rmbench_fast.tiny import build_trio, corpus, train_tokenizer
 
     root = tmp_path_factory.mktemp("models")
-    samples = load_dataset(data_path, limit=3)
-    texts = [s.prompt for s in samples] + [r for s in samples for r in s.chosen + s.rejected]
+    texts = corpus(load_dataset(data_path, limit=3))
     out = {}
     for name, kw in {"tmpl": dict(chat_template=TEST_TEMPLATE),
                      "llama": dict(tokenizer_class="LlamaTokenizerFast"),
                      "plain": dict(pad=True)}.items():
         tok = train_tokenizer(texts, vocab_size=300, **kw)
-        cfg = dict(vocab_size=len(tok), hidden=32, layers=2, heads=4, max_positions=8192)
-        out[name] = {
-            "rm": str(save_model(build_model("rm", llama_config(**cfg), seed=10), tok, root / name / "rm")),
-            "policy": str(save_model(build_model("lm", llama_config(**cfg), seed=11), tok, root / name / "policy")),
-            "ref": str(save_model(build_model("lm", llama_config(**cfg), seed=12), tok, root / name / "ref")),
-        }
+        trio = build_trio(root / name, tok, seeds=(10, 11, 12), hidden=32, layers=2, heads=4, max_positions=8192)
+        out[name] = {"rm": str(trio["rm"]), "policy": str(trio["policy"]), "ref": str(trio["reference"])}
     return out
+
+
+def encode_run(samples, model_dir, kind, compat=False):
+    """A run's sequences as the engine encodes them (kind: rm or dpo), for tests that look at ids."""
+    from transformers import AutoTokenizer
+
+    from rmbench_fast.scorers import DPOScorer, RewardModelScorer
+    from rmbench_fast.templates import ChatFormat
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    scorer = RewardModelScorer(tok.pad_token_id, 0) if kind == "rm" else DPOScorer(tok.eos_token_id, "torch", "avg")
+    return scorer.encode(samples, tok, ChatFormat(tok), compat, model_dir)
+
+
+@pytest.fixture(scope="session")
+def world(tmp_path_factory):
+    """Good and broken models and data, built once."""
+    from click.testing import CliRunner
+
+    from rmbench_fast.cli import main
+    from rmbench_fast.tiny import build_model, build_trio, llama_config, save_model, train_tokenizer
+
+    root = tmp_path_factory.mktemp("hard")
+    data = root / "data.json"
+    data.write_text(json.dumps([make_item(i, d) for d in DOMAINS for i in range(2)]))
+    texts = [json.dumps(make_item(i)) for i in range(30)]
+    tok = train_tokenizer(texts, vocab_size=300)
+    other_tok = train_tokenizer(texts[::-1] + ["other words entirely"], vocab_size=300)
+    cfg = dict(vocab_size=len(tok), hidden=32, layers=1, heads=4)
+    w = {"root": root, "data": str(data)}
+    trio = build_trio(root / "trio", tok, **cfg)
+    w.update(rm=str(trio["rm"]), policy=str(trio["policy"]), ref=str(trio["reference"]))
+    w["ref_vocab"] = str(save_model(build_model("lm", llama_config(**{**cfg, "vocab_size": len(tok) + 8}), 3), tok,
+                                    root / "ref_vocab"))
+    w["ref_tok"] = str(save_model(build_model("lm", llama_config(**{**cfg, "vocab_size": len(other_tok)}), 4),
+                                  other_tok, root / "ref_tok"))
+    no_config = root / "no_config"
+    no_config.mkdir()
+    (no_config / "model.safetensors").write_bytes(b"")
+    w["no_config"] = str(no_config)
+    m = build_model("lm", llama_config(**cfg), 5)
+    m.save_pretrained(root / "no_tokenizer")
+    w["no_tokenizer"] = str(root / "no_tokenizer")
+    bare = train_tokenizer(texts, vocab_size=300)
+    bare.eos_token = None
+    w["no_eos"] = str(save_model(build_model("lm", llama_config(**cfg), 6), bare, root / "no_eos"))
+    pickled = save_model(build_model("lm", llama_config(**cfg), 7), tok, root / "pickled")
+    state = build_model("lm", llama_config(**cfg), 7).state_dict()
+    (pickled / "model.safetensors").unlink()  # the same weights as a pickle file only
+    torch.save(state, pickled / "pytorch_model.bin")
+    w["pickled"] = str(pickled)
+    nan = build_model("rm", llama_config(**cfg), 8)
+    with torch.no_grad():
+        nan.score.weight[0, 0] = float("nan")
+    w["nan"] = str(save_model(nan, tok, root / "nan"))
+    other = root / "other_run"
+    r = CliRunner().invoke(main, ["score", "--model", w["rm"], "--data", w["data"], "--output", str(other), "-q"])
+    assert r.exit_code == 0, r.output
+    w["other_run"] = str(other)
+    chat_tmpl = root / "missing-template.jinja"
+    w["missing_template"] = str(chat_tmpl)
+    return w
 
 
 @pytest.fixture

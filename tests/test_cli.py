@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from conftest import make_item, write_json
 from rmbench_fast.cli import main
-from test_metrics import official_summary
+from reference import official_summary
 
 
 def run(*args):
@@ -16,7 +16,8 @@ def run(*args):
 
 
 def test_help_everywhere():
-    for cmd in ([], ["accuracy"], ["data"], ["data", "stats"], ["data", "validate"], ["score"], ["demo"]):
+    for cmd in ([], ["accuracy"], ["data"], ["data", "stats"], ["data", "validate"], ["score"], ["sweep"], ["demo"],
+                ["plot"], ["cache"], ["cache", "info"], ["cache", "clear"]):
         r = run(*cmd, "--help")
         assert r.exit_code == 0 and "Usage" in r.output
 
@@ -77,6 +78,7 @@ def test_validate_ok_and_stats(shared_data):
     assert json.loads(r.output)["domains"]["chat"]["n_prompts"] == 129
 
 
+@pytest.mark.slow
 def test_validate_bad_file_real_process(tmp_path):
     """The installed console script: one line on stderr, status 2, no traceback."""
     p = tmp_path / "chat_filtered.json"
@@ -128,6 +130,7 @@ def test_demo(tmp_path):
     assert (tmp_path / "cache" / "demo-models-v1" / "COMPLETE").is_file()
 
 
+@pytest.mark.slow
 def test_console_exit_keeps_every_output(tmp_path):
     """The console entry leaves without interpreter teardown (os._exit): the status is still the
     command's (0, click's usage error 2) and what it printed to a pipe is all there."""

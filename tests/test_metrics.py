@@ -3,39 +3,10 @@
 import numpy as np
 import pytest
 
+from reference import official_compute_accuracy, official_summary
+
 from rmbench_fast.errors import ScoreError
 from rmbench_fast.metrics import count_wins, summarize
-
-
-def official_compute_accuracy(results):
-    """The official compute_accuracy loops: strict >, matrix / n, triangle and diagonal means."""
-    acc = np.zeros((3, 3))
-    for r in results:
-        for i in range(len(r["score_chosen"])):
-            for j in range(len(r["score_rejected"])):
-                if r["score_chosen"][i] > r["score_rejected"][j]:
-                    acc[i][j] += 1
-    acc /= len(results)
-    return {
-        "hard": np.sum(np.triu(acc, 1)) / 3,
-        "normal": np.mean(np.diag(acc)),
-        "easy": np.sum(np.tril(acc, -1)) / 3,
-    }
-
-
-def official_summary(results):
-    """Per scoring domain (safety pooled), the domain avg, overall = mean of domain avgs."""
-    by_domain = {}
-    for r in results:
-        d = "safety" if r["domain"].startswith("safety") else r["domain"]
-        by_domain.setdefault(d, []).append(r)
-    out = {}
-    for d, rs in by_domain.items():
-        acc = official_compute_accuracy(rs)
-        acc["avg"] = (acc["hard"] + acc["normal"] + acc["easy"]) / 3
-        out[d] = acc
-    out["overall"] = np.mean([v["avg"] for v in out.values()])
-    return out
 
 
 def random_results(rng, n, ties):

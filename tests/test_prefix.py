@@ -4,22 +4,29 @@ limits and waves, rows of different prefix lengths in one batch, and the self-ch
 import numpy as np
 import pytest
 import torch
-from test_engine import assert_same_accuracy, official_dpo, official_rm
+from conftest import encode_run
+from reference import assert_same_accuracy, official_dpo, official_rm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import rmbench_fast.prefix as prefix_mod
-from rmbench_fast import engine
+from rmbench_fast import prepare as prepare_mod
 from rmbench_fast.data import load_dataset
-from rmbench_fast.engine import ScoreOptions, build_sequences, score
-from rmbench_fast.prefix import PrefixKV, PrefixPlan, plan_prefixes, readout_limits
-from rmbench_fast.scorers.dpo import sequence_logprob_stats
-from rmbench_fast.templates import ChatFormat
+from rmbench_fast.engine import ScoreOptions, score
+from rmbench_fast.prefix import PrefixKV, PrefixPlan, plan_prefixes
+from rmbench_fast.scorers import DPOScorer, RewardModelScorer
+from rmbench_fast.scorers.dpo import batch_logprob_stats, lm_head_of
+from rmbench_fast.tokenize import Encoded
+
+
+def readout_limits(ids, starts, kind, pad):
+    scorer = RewardModelScorer(pad, 0) if kind == "rm" else DPOScorer(pad, "torch", "avg")
+    return np.array([scorer.readout_limit(Encoded(s, st)) for s, st in zip(ids, starts)])
 
 
 @pytest.fixture
 def tiny_waves(monkeypatch):
     """A prefix-cache budget of a few hundred bytes: every prompt is a wave of its own."""
-    monkeypatch.setattr(engine, "default_budget_bytes", lambda device, mb: 300)
+    monkeypatch.setattr(prepare_mod, "default_budget_bytes", lambda device, mb: 300)
 
 
 @pytest.mark.parametrize("waves", ["one", "many"])
@@ -55,9 +62,9 @@ def _dpo_setup(models, data_path):
     m = models["tmpl"]["policy"]
     tok = AutoTokenizer.from_pretrained(m)
     samples = load_dataset(data_path, limit=3)
-    seqs = build_sequences(samples, tok, ChatFormat(tok), "dpo", False)
+    seqs = encode_run(samples, m, "dpo")
     model = AutoModelForCausalLM.from_pretrained(m).eval()
-    return model, [e.ids for e in seqs], [e.start for e in seqs], tok.eos_token_id
+    return model, seqs, [e.ids for e in seqs], [e.start for e in seqs], tok.eos_token_id
 
 
 def _plain_stats(model, ids, starts, pad):
@@ -73,7 +80,7 @@ def _plain_stats(model, ids, starts, pad):
 def test_rows_of_different_prefixes_in_one_batch(models, data_path):
     """Prefix lengths 0, short and full side by side in the same batches, across waves: each
     sequence's log-probs equal its plain whole-sequence ones."""
-    model, ids, starts, eos = _dpo_setup(models, data_path)
+    model, seqs, ids, starts, eos = _dpo_setup(models, data_path)
     limits = readout_limits(ids, starts, "dpo", eos)
     plan = plan_prefixes(ids, limits, kv_bytes_per_token=1, budget_bytes=10**9)
     full = plan.prefix.copy()
@@ -86,11 +93,13 @@ def test_rows_of_different_prefixes_in_one_batch(models, data_path):
     batches = prefix_mod.plan_batches(lengths, plan, max_tokens=4000, max_batch_size=None)
     assert any(len(set(plan.prefix[b.indices])) > 1 for b in batches)
     n = len(ids)
-    out = (np.zeros(n), np.zeros(n), np.zeros(n))
+    total = np.zeros(n)
     kv = PrefixKV(model, ids, plan, np.arange(n), eos, torch.device("cpu"), 4000)
-    sequence_logprob_stats(model, ids, starts, batches, eos, torch.device("cpu"), out, prefix=kv)
+    for b in batches:
+        total[b.indices] = batch_logprob_stats(model, seqs, b, eos, torch.device("cpu"), "torch", lm_head_of(model),
+                                               prefix=kv)["total"]
     assert kv.note == "on"
-    np.testing.assert_allclose(out[0], _plain_stats(model, ids, starts, eos), atol=1e-4, rtol=0)
+    np.testing.assert_allclose(total, _plain_stats(model, ids, starts, eos), atol=1e-4, rtol=0)
 
 
 def test_plan_limits_and_waves():

@@ -1,5 +1,6 @@
 """--engine ray on a local Ray instance (2 CPUs): the same answers as the local engine, and a
-worker killed mid-run does not lose or change anything."""
+worker killed mid-run does not lose or change anything; the work each worker did is counted, so
+work done twice fails the tests."""
 
 import json
 import os
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 
 ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.slow  # a Ray instance of worker processes
 
 from conftest import make_item  # noqa: E402
 from rmbench_fast.engine import ScoreOptions, score  # noqa: E402
@@ -45,7 +47,10 @@ def options(c, tmp_path, **kw):
 def test_score_on_ray_equals_local(cluster, tmp_path):
     local = score(options(cluster, tmp_path, cache=False))
     on_ray = score(options(cluster, tmp_path, engine="ray", num_workers=2))
-    assert on_ray.run["models"]["model"]["engine"] == "ray"
+    for role in ("model", "ref_model"):
+        info = on_ray.run["models"][role]
+        assert info["engine"] == "ray"
+        assert sum(info["sequences_per_worker"].values()) == on_ray.run["n_sequences"]  # each scored once
     np.testing.assert_array_equal(on_ray.chosen, local.chosen)
     np.testing.assert_array_equal(on_ray.rejected, local.rejected)
     assert on_ray.summary == local.summary
@@ -58,7 +63,10 @@ def test_worker_killed_mid_run(cluster, tmp_path):
     on_ray = score(options(cluster, tmp_path, engine="ray", ref_model=None, ref_free="sum"),
                    hooks=lambda role, b: batches.append(tuple(b.indices)))
     assert not cluster["fault"].exists()  # the fault fired: one worker died holding a unit
-    assert len(batches) == len(set(batches))  # no finished batch was done twice
+    assert len(batches) == len(set(batches))  # no finished batch was reported twice
+    work = on_ray.run["models"]["model"]["sequences_per_worker"]
+    assert sum(work.values()) == on_ray.run["n_sequences"]  # ... nor scored twice by the workers
+    assert len(work) >= 2  # the dead worker's unit went to another process
     np.testing.assert_array_equal(on_ray.chosen, local.chosen)
     np.testing.assert_array_equal(on_ray.rejected, local.rejected)
 

@@ -20,6 +20,7 @@ print(before - rss())
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc only")
 def test_freed_blocks_stay_for_reuse():
     released = {}

@@ -1,1 +1,46 @@
-"""Scorers: sequence-classifier reward models (rm) and DPO implicit rewards (dpo)."""
+"""The scorer registry: which scorer a run's options and model call for.
+
+This is the one place that looks at the mode; everything downstream talks to the Scorer interface
+(`scorers.base`).
+"""
+
+from __future__ import annotations
+
+from ..checks import check_kind
+from ..errors import UsageError
+from ..models import detect_mode
+from ..options import DEFAULT_REF_FREE
+from .base import Scorer
+from .dpo import DPOScorer
+from .rm import RewardModelScorer, pick_label
+
+__all__ = ["Scorer", "DPOScorer", "RewardModelScorer", "make_scorer", "resolve_logprob_impl"]
+
+
+def resolve_logprob_impl(impl: str, device) -> str:
+    """--logprob-impl as it will run on `device`: plain, triton or torch."""
+    from ..kernels import resolve_impl
+
+    if impl == "plain":
+        return impl
+    try:
+        return resolve_impl(impl, device)
+    except (RuntimeError, ValueError) as e:
+        raise UsageError(f"--logprob-impl {impl}: {e}") from None
+
+
+def make_scorer(o, config, tokenizer, device, tokenizer_path: str) -> Scorer:
+    mode = detect_mode(config) if o.mode == "auto" else o.mode
+    check_kind(o.model, config, mode, "model")
+    if mode == "rm":
+        if o.ref_model is not None:
+            raise UsageError("--ref-model is for DPO models; the model is a sequence classifier (rm mode)")
+        if o.ref_free is not None:
+            raise UsageError("--ref-free is for DPO models; the model is a sequence classifier (rm mode)")
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        return RewardModelScorer(pad, pick_label(config.num_labels, o.label_index, o.compat == "official"))
+    impl = resolve_logprob_impl(o.logprob_impl, device)
+    if tokenizer.eos_token_id is None:
+        raise UsageError(f"tokenizer {tokenizer_path}: has no EOS token, which DPO scoring appends to every response")
+    # the official DPO flow pads with EOS
+    return DPOScorer(tokenizer.eos_token_id, impl, None if o.ref_model else (o.ref_free or DEFAULT_REF_FREE))

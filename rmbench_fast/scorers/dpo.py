@@ -2,6 +2,8 @@
 
 The base model runs once per batch for hidden states; the LM head is applied only to the
 positions that predict response tokens, through the log-prob seam (`rmbench_fast.logprobs`).
+With a reference model the reward is sum log p_policy - sum log p_ref; without one, sum, avg (per
+token) or norm (minus the L2 norm of the token log-probs), as rewardbench's DPOInference.
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ import torch
 
 from ..batching import Batch, batch_inputs
 from ..kernels import logits_logprobs
+from ..layout import responses
 from ..logprobs import LMHead, segment_stats, token_logprobs
-from ..models import is_causal_decoder
+from ..models import is_causal_decoder, load_model
+from ..tokenize import encode_dpo
+from .base import Scorer
 
 log = logging.getLogger("rmbench_fast")
-LOGPROB_IMPLS = ("auto", "triton", "torch", "plain")
 
 
 def lm_head_of(model) -> LMHead | None:
@@ -35,71 +39,105 @@ def lm_head_of(model) -> LMHead | None:
                   float(softcap) if softcap is not None else None)
 
 
-def _label_positions(seqs, starts, batch: Batch, device, offsets=None):
-    """(rows, positions, segment) of every scored token of the batch: position t predicts
-    ids[t + 1], for the tokens ids[start:]; a row whose first `offsets[row]` tokens come from a
-    cached prefix has its positions shifted by that much."""
-    rows, pos, seg = [], [], []
+def _label_positions(seqs, batch: Batch, device, offsets=None):
+    """(rows, positions) of every scored token of the batch: position t predicts ids[t + 1], for
+    the tokens ids[start:]; a row whose first `offsets[row]` tokens come from a cached prefix has
+    its positions shifted by that much. The row index doubles as the token's segment."""
+    rows, pos = [], []
     for row, i in enumerate(batch.indices):
-        n, s = len(seqs[i]), starts[i]
+        n, s = len(seqs[i].ids), seqs[i].start
         if n - s <= 0:
             continue
         off = 0 if offsets is None else int(offsets[row])
         rows.append(np.full(n - s, row))
         pos.append(np.arange(s - 1 - off, n - 1 - off))
-        seg.append(np.full(n - s, row))
     rows = torch.as_tensor(np.concatenate(rows), device=device)
-    pos = torch.as_tensor(np.concatenate(pos), device=device)
-    return rows, pos, torch.as_tensor(np.concatenate(seg), device=device)
+    return rows, torch.as_tensor(np.concatenate(pos), device=device)
 
 
 @torch.inference_mode()
-def sequence_logprob_stats(model, seqs, starts, batches: list[Batch], pad_id: int, device, out, on_batch=None,
-                           impl: str = "auto", prefix=None):
-    """Per sequence of `batches`: sum, count and sum of squares of its scored tokens' log-probs,
-    written into out = (total, count, sumsq) float64 arrays (original order); after each batch,
-    on_batch(batch).
+def batch_logprob_stats(model, seqs, batch: Batch, pad_id: int, device, impl: str, head: LMHead | None,
+                        prefix=None) -> dict[str, np.ndarray]:
+    """Per sequence of `batch`: sum, count and sum of squares of its scored tokens' log-probs.
 
-    impl: "auto" / "triton" / "torch" pick the fused op's implementation (rmbench_fast.kernels);
-    "plain" runs the whole model for logits and reduces them at the label positions (also the
-    fallback for heads the fused op cannot express). prefix: a PrefixKV, when the batches are of
-    suffixes after shared prompt prefixes (every scored position is in the suffix)."""
-    total, count, sumsq = out
-    head = lm_head_of(model) if impl != "plain" else None
-    if head is None and impl != "plain":
-        log.warning("the LM head of %s is not a plain linear layer the fused log-prob op can express: "
-                    "using the model's own logits", type(model).__name__)
+    impl: "triton" / "torch" pick the fused op's implementation (rmbench_fast.kernels) applied to
+    `head`; with head None (impl "plain", or heads the fused op cannot express) the whole model
+    runs for logits, reduced at the label positions only. prefix: a PrefixKV, when the batches
+    are of suffixes after shared prompt prefixes (every scored position is in the suffix)."""
     causal = is_causal_decoder(model.config)
-    for batch in batches:
-        inputs, offsets = batch_inputs(seqs, batch, pad_id, device, causal, prefix, base=head is not None)
-        ids = inputs["input_ids"]
-        rows, pos, seg = _label_positions(seqs, starts, batch, device, offsets)
-        targets = ids[rows, pos + 1]
-        if head is not None:
-            hidden = model.base_model(**inputs)[0]
-            logps = token_logprobs(hidden[rows, pos], head, targets, impl)
-        else:  # the model's own logits, reduced at the label positions only
-            logits = model(**inputs).logits
-            logps = logits_logprobs(logits[rows, pos], targets, "torch" if impl == "plain" else impl)
-        s, c, q = segment_stats(logps, seg, len(batch.indices))
-        total[batch.indices], count[batch.indices], sumsq[batch.indices] = (
-            s.cpu().numpy(), c.cpu().numpy(), q.cpu().numpy())
-        if on_batch is not None:
-            on_batch(batch)
-    return total, count, sumsq
+    inputs, offsets = batch_inputs(seqs, batch, pad_id, device, causal, prefix, base=head is not None)
+    ids = inputs["input_ids"]
+    rows, pos = _label_positions(seqs, batch, device, offsets)
+    targets = ids[rows, pos + 1]
+    if head is not None:
+        hidden = model.base_model(**inputs)[0]
+        logps = token_logprobs(hidden[rows, pos], head, targets, impl)
+    else:
+        logits = model(**inputs).logits
+        logps = logits_logprobs(logits[rows, pos], targets, "torch" if impl == "plain" else impl)
+    s, c, q = segment_stats(logps, rows, len(batch.indices))
+    return {"total": s.cpu().numpy(), "count": c.cpu().numpy(), "sumsq": q.cpu().numpy()}
 
 
-def dpo_rewards(policy_stats, ref_stats=None, ref_free: str = "avg") -> np.ndarray:
+class DPOScorer(Scorer):
+    """Log-prob sums of the policy (and of the reference, when there is one)."""
+
+    outputs = ("total", "count", "sumsq")
+
+    def __init__(self, pad_id: int, impl: str, ref_free: str | None):
+        super().__init__(pad_id)
+        self.impl = impl  # resolved: triton, torch or plain
+        self.ref_free = ref_free  # None: with a reference model
+        self.family = "dpo" if ref_free is None else "dpo-ref-free"
+
+    def roles(self, o):
+        return [("model", o.model)] + ([("ref_model", o.ref_model)] if self.ref_free is None else [])
+
+    def encode(self, samples, tokenizer, fmt, compat, tokenizer_path=None):
+        prompts = [fmt.text(s.prompt) for s in samples]
+        fulls = [[fmt.text(s.prompt, r) for r in responses(s)] for s in samples]
+        return [e for per_prompt in encode_dpo(tokenizer, prompts, fulls, compat) for e in per_prompt]
+
+    def pass_key(self):
+        return ("dpo-logprobs", self.impl)  # the same arrays with and without a reference
+
+    def load(self, path, dtype, device, trust_remote_code, allow_pickle_weights=False):
+        return load_model(path, "dpo", dtype, device, trust_remote_code, allow_pickle_weights)
+
+    def vocab_limit(self, model):
+        return min(model.get_input_embeddings().num_embeddings, model.get_output_embeddings().weight.shape[0])
+
+    def batch_fn(self, model, device):
+        head = lm_head_of(model) if self.impl != "plain" else None
+        if head is None and self.impl != "plain":
+            log.warning("the LM head of %s is not a plain linear layer the fused log-prob op can express: "
+                        "using the model's own logits", type(model).__name__)
+
+        def run(seqs, batch, prefix=None):
+            return batch_logprob_stats(model, seqs, batch, self.pad_id, device, self.impl, head, prefix)
+
+        return run
+
+    def rewards(self, passes):
+        return dpo_rewards(passes["model"], passes.get("ref_model"), self.ref_free)
+
+    def readout_limit(self, e):
+        return max(0, e.start - 1)
+
+    def describe(self):
+        return {"scorer": self.family, "mode": "dpo", "ref_free": self.ref_free, "logprob_impl": self.impl}
+
+
+def dpo_rewards(policy: dict, ref: dict | None = None, ref_free: str | None = None) -> np.ndarray:
     """With a reference: sum log p_policy - sum log p_ref. Without: sum, avg (per token) or norm
     (minus the L2 norm of the token log-probs), as rewardbench's DPOInference."""
-    total, count, sumsq = policy_stats
-    if ref_stats is not None:
-        return total - ref_stats[0]
+    if ref is not None:
+        return policy["total"] - ref["total"]
     if ref_free == "sum":
-        return total.copy()
+        return policy["total"].copy()
     if ref_free == "avg":
         with np.errstate(invalid="ignore", divide="ignore"):
-            return total / count
+            return policy["total"] / policy["count"]
     if ref_free == "norm":
-        return -np.sqrt(sumsq)
+        return -np.sqrt(policy["sumsq"])
     raise ValueError(f"unknown reference-free reward {ref_free!r}")

@@ -9,9 +9,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..batching import Batch, batch_inputs
+from ..batching import batch_inputs
 from ..errors import UsageError
-from ..models import is_causal_decoder
+from ..layout import responses
+from ..models import is_causal_decoder, load_model
+from ..tokenize import OFFICIAL_MAX_LENGTH, encode_rm, rm_appends_eos
+from .base import Scorer
 
 
 def pick_label(num_labels: int, label_index: int | None, compat: bool) -> int | None:
@@ -29,18 +32,45 @@ def pick_label(num_labels: int, label_index: int | None, compat: bool) -> int | 
                      "(or --compat official for the official pipeline's top-label score)")
 
 
-@torch.inference_mode()
-def score_rm(model, seqs: list[list[int]], batches: list[Batch], pad_id: int, device, label: int | None,
-             scores: np.ndarray, on_batch=None, prefix=None) -> np.ndarray:
-    """Write one float64 score per sequence of `batches` into `scores` (original order); after each
-    batch, on_batch(batch). prefix: a PrefixKV, when the batches are of suffixes after shared
-    prompt prefixes (the pooled last token is always in the suffix)."""
-    causal = is_causal_decoder(model.config)
-    for batch in batches:
-        inputs, _ = batch_inputs(seqs, batch, pad_id, device, causal, prefix)
-        logits = model(**inputs).logits.float()
-        picked = logits.max(dim=-1).values if label is None else logits[:, label]
-        scores[batch.indices] = picked.double().cpu().numpy()
-        if on_batch is not None:
-            on_batch(batch)
-    return scores
+class RewardModelScorer(Scorer):
+    family = "rm"
+    outputs = ("scores",)
+
+    def __init__(self, pad_id: int, label: int | None):
+        super().__init__(pad_id)
+        self.label = label
+
+    def encode(self, samples, tokenizer, fmt, compat, tokenizer_path=None):
+        texts = [fmt.text(s.prompt, r) for s in samples for r in responses(s)]
+        append_eos = rm_appends_eos(tokenizer, fmt.tokenizer_has_template, tokenizer_path)
+        return encode_rm(tokenizer, texts, append_eos, OFFICIAL_MAX_LENGTH if compat else None)
+
+    def pass_key(self):
+        return ("rm", self.label)
+
+    def load(self, path, dtype, device, trust_remote_code, allow_pickle_weights=False):
+        model = load_model(path, "rm", dtype, device, trust_remote_code, allow_pickle_weights)
+        if model.config.pad_token_id is None:  # as the official script: pool at the last non-pad token
+            model.config.pad_token_id = self.pad_id
+        return model
+
+    def batch_fn(self, model, device):
+        causal = is_causal_decoder(model.config)
+
+        @torch.inference_mode()
+        def run(seqs, batch, prefix=None):
+            inputs, _ = batch_inputs(seqs, batch, self.pad_id, device, causal, prefix)
+            logits = model(**inputs).logits.float()
+            picked = logits.max(dim=-1).values if self.label is None else logits[:, self.label]
+            return {"scores": picked.double().cpu().numpy()}
+
+        return run
+
+    def rewards(self, passes):
+        return passes["model"]["scores"]
+
+    def readout_limit(self, e):
+        return max((t for t in range(len(e.ids) - 1, -1, -1) if e.ids[t] != self.pad_id), default=0)
+
+    def describe(self):
+        return {"scorer": self.family, "mode": "rm", "ref_free": None, "logprob_impl": None}

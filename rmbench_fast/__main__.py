@@ -1,0 +1,5 @@
+"""`python -m rmbench_fast`: the same as the `rmbench-fast` command."""
+
+from .cli import entry
+
+entry()

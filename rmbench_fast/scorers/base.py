@@ -1,0 +1,61 @@
+"""The scorer interface: one object per scoring family owns everything that differs between them.
+
+A scorer says which models a run passes over (`roles`), how a run's sequences are encoded, the
+pad id, how a model is loaded and prepared, what one batch computes (`batch_fn`, returning one
+array per name in `outputs`), how a pass's arrays become rewards, and what else decides a pass's
+numbers (`pass_key`). The engine, the Ray workers and the sweep call only this interface; none of
+them branches on the mode. A scorer holds plain settings (ids, names), never a model or a
+tokenizer, so it pickles to Ray workers as it is.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..tokenize import Encoded
+
+
+class Scorer:
+    family = "base"  # recorded in run.json: rm, dpo, dpo-ref-free, or an adapter's name
+    outputs: tuple[str, ...] = ()  # per-sequence float64 arrays that one model pass yields
+
+    def __init__(self, pad_id: int):
+        self.pad_id = pad_id
+
+    def roles(self, o) -> list[tuple[str, str]]:
+        """(role, model path) of every model pass, in order."""
+        return [("model", o.model)]
+
+    def encode(self, samples, tokenizer, fmt, compat: bool, tokenizer_path=None) -> list[Encoded]:
+        """Every sequence of the run, in layout order (rmbench_fast.layout)."""
+        raise NotImplementedError
+
+    def pass_key(self) -> tuple:
+        """Whatever else, beyond model, inputs, dtype and batching, decides a pass's arrays."""
+        return (self.family,)
+
+    def load(self, path: str, dtype, device, trust_remote_code: bool, allow_pickle_weights: bool = False):
+        """The model at `path`, ready to score (evaluation mode, on `device`)."""
+        raise NotImplementedError
+
+    def vocab_limit(self, model) -> int:
+        """Token ids must stay below this for `model` (its input embedding size)."""
+        return model.get_input_embeddings().num_embeddings
+
+    def batch_fn(self, model, device):
+        """What one batch computes on `model`: a function (seqs, batch, prefix=None) -> {name: values
+        for batch.indices} for every name in `outputs`; seqs are the pass's tokenize.Encoded, prefix a
+        prefix.PrefixKV when the batches are of suffixes after shared prompt prefixes."""
+        raise NotImplementedError
+
+    def rewards(self, passes: dict[str, dict[str, np.ndarray]]) -> np.ndarray:
+        """Per-sequence scores from each role's pass arrays."""
+        raise NotImplementedError
+
+    def readout_limit(self, e: Encoded) -> int:
+        """The longest prefix of `e` a shared prompt cache may cover: no read-out position in it."""
+        raise NotImplementedError
+
+    def describe(self) -> dict:
+        """What run.json records about how this run scored."""
+        return {"scorer": self.family}

@@ -1,19 +1,28 @@
-"""Benchmark of the fused log-prob op: peak memory and time against the alternatives.
+"""Benchmark of the fused log-prob op: time and extra peak memory against the alternatives.
 
 For N response tokens, a V-token vocabulary and hidden size d, each method turns H [N, d] and
 W [V, d] into the N target log-probs:
   official   logits = H @ W^T, then log_softmax(-1).gather (the official rewardbench path), in the
              model dtype
-  trl        row chunks of 1024: logits of the chunk, then logsumexp-based selective log-softmax
+  trl        (CPU) row chunks of 1024: logits of the chunk, then logsumexp-based selective log-softmax
   matmul     the bare H @ W^T (the floor: every method does this much arithmetic)
-  fused      rmbench_fast.kernels (Triton on CUDA, chunked online log-sum-exp in torch on CPU)
-Each (method, shape) runs in its own subprocess, after one warm-up call, so its peak memory is its
-own: extra peak = peak resident memory (CPU, VmHWM after a reset) or peak allocated memory (CUDA)
-minus what the process held before the timed calls (inputs, libraries).
+  torch      (CUDA) the chunked torch path (Liger style: chunked matmul + fp32 log-sum-exp)
+  fused      rmbench_fast.kernels: on CPU its default (the torch path), on CUDA the Triton kernel
+  auto       (CUDA) impl="auto": the faster of the two per shape, timed once per process
 
-    python benchmarks/logprob_op.py                     # the full grid, CPU fp32
-    python benchmarks/logprob_op.py --device cuda       # bf16 on the GPU
-    python benchmarks/logprob_op.py --shapes 1024x32000x256
+CPU: each (method, shape) runs in its own subprocess, after one warm-up call, so its peak memory
+is its own: extra peak = peak resident memory (VmHWM after a reset) minus what the process held
+before the timed calls. CUDA: every method and shape in one process (compilation and autotuning
+once), timed with CUDA events after warm-ups; extra peak = torch.cuda.max_memory_allocated()
+during one call minus the memory allocated before it. The CUDA shapes are real LM heads
+(Llama-3 8B, Qwen2.5 7B and 3B, Gemma-2 9B with soft-capping 30) at N = 1024 ... 16384; the JSON
+also records the autotuned tile configuration and what `auto` picked per shape.
+
+    python benchmarks/logprob_op.py                     # the CPU grid, fp32
+    python benchmarks/logprob_op.py --device cuda       # the real shapes in bf16, one process
+    python benchmarks/logprob_op.py --shapes 1024x32000x256 [4096x256000x3584x30 (softcap 30)]
+    TRITON_INTERPRET=1 python benchmarks/logprob_op.py --one-process --shapes 40x500x32x30
+                                                        # smoke test of the CUDA code path on CPU
 
 Results: JSON under benchmarks/results/ (or --out).
 """
@@ -30,8 +39,14 @@ import sys
 import time
 from pathlib import Path
 
-METHODS = ("official", "trl", "matmul", "fused")
+METHODS = ("official", "trl", "matmul", "fused")  # CPU
 GRID = [(n, v, d) for n in (1024, 8192) for v in (32000, 128256) for d in (256, 1024)]
+CUDA_METHODS = ("matmul", "official", "torch", "fused", "auto")
+HEADS = {(128256, 4096, None): "Llama-3 8B", (152064, 3584, None): "Qwen2.5 7B", (151936, 2048, None): "Qwen2.5 3B",
+         (256000, 3584, 30.0): "Gemma-2 9B"}  # (V, d, final soft-capping)
+CUDA_SHAPES = [(n, v, d, cap) for v, d, cap in HEADS for n in (1024, 4096, 8192, 16384)]
+GOALS = {"fused_time_vs_matmul_at_n_ge_4096": 1.15, "fused_time_vs_matmul_at_n_1024": 1.5,
+         "fused_extra_peak_mib": 64}
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -111,8 +126,13 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default=None, help="default: float32 on CPU, bfloat16 on CUDA")
-    ap.add_argument("--shapes", nargs="*", default=None, help="NxVxd ... (default: the full grid)")
-    ap.add_argument("--methods", nargs="*", default=list(METHODS), choices=METHODS)
+    ap.add_argument("--shapes", nargs="*", default=None,
+                    help="NxVxd or NxVxdxSOFTCAP ... (default: the CPU grid, or the real heads on CUDA)")
+    ap.add_argument("--methods", nargs="*", default=None, choices=sorted(set(METHODS + CUDA_METHODS)),
+                    help=f"default: {' '.join(METHODS)} on CPU, {' '.join(CUDA_METHODS)} on CUDA")
+    ap.add_argument("--one-process", action="store_true",
+                    help="the CUDA mode (all in one process) on any device: with TRITON_INTERPRET=1 and tiny "
+                         "shapes, a smoke test of the CUDA code path on CPU")
     ap.add_argument("--repeats", type=int, default=None, help="default: 2 on CPU, 10 on CUDA")
     ap.add_argument("--out", default=None, help="JSON file (default: benchmarks/results/logprob_op-DEVICE.json)")
     ap.add_argument("--update", action="store_true", help="keep the rows of other shapes already in --out")
@@ -125,6 +145,9 @@ def main(argv=None):
     cuda = args.device.startswith("cuda")
     dtype = args.dtype or ("bfloat16" if cuda else "float32")
     repeats = args.repeats or (10 if cuda else 2)
+    if cuda or args.one_process:
+        return main_one_process(args, dtype, repeats)
+    args.methods = args.methods or list(METHODS)
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes] if args.shapes else GRID
     rows = []
     for n, v, d in shapes:
@@ -171,6 +194,185 @@ def main(argv=None):
             r = next(x for x in rows if x["method"] == m and (x["N"], x["V"], x["d"]) == (n, v, d))
             cells.append(f"{r['time_s']:8.3f}s {r['extra_peak_mib']:8.0f}MiB" if "time_s" in r else f"{'error':>22}")
         print(f"{n:>6} {v:>7} {d:>5}  " + "  ".join(f"{c:>22}" for c in cells))
+
+
+def _parse_shape(text: str) -> tuple:
+    n, v, d, *cap = text.split("x")
+    return int(n), int(v), int(d), float(cap[0]) if cap else None
+
+
+def _method(method: str, h, w, t, cap):
+    """The call that one method makes (softcap: the model's final logit soft-capping)."""
+    import torch
+
+    from rmbench_fast.kernels import linear_logprobs
+
+    if method == "matmul":
+        return lambda: h @ w.T
+    if method == "official":
+        def official():
+            logits = h @ w.T
+            if cap is not None:
+                logits = cap * torch.tanh(logits / cap)
+            return logits.log_softmax(-1).gather(1, t[:, None]).squeeze(1)
+        return official
+    impl = {"torch": "torch", "fused": "triton", "auto": "auto"}[method]
+    return lambda: linear_logprobs(h, w, t, softcap=cap, impl=impl)
+
+
+def one_process(shapes, methods, device: str, dtype_name: str, repeats: int) -> list[dict]:
+    """Every (shape, method) in this process: per method a warm-up call (compiles, autotunes, lets
+    `auto` time its candidates) and one call for the extra peak memory (CUDA), then `repeats`
+    rounds that time each method once."""
+    import torch
+
+    import rmbench_fast.kernels as K
+
+    cuda = device.startswith("cuda")
+    dtype = getattr(torch, dtype_name)
+
+    def timed(fn):
+        if not cuda:
+            t0 = time.perf_counter()
+            fn()
+            return time.perf_counter() - t0
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+    def extra_peak_mib(fn):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        out = fn()
+        torch.cuda.synchronize()
+        del out
+        return max(torch.cuda.max_memory_allocated() - base, 0) / 2**20
+
+    rows = []
+    heads = {}
+    for n, v, d, cap in shapes:
+        heads.setdefault((v, d, cap), []).append(n)
+    for (v, d, cap), ns in heads.items():
+        g = torch.Generator(device=device).manual_seed(0)
+        w = torch.randn(v, d, device=device, dtype=dtype, generator=g) * 0.05
+        for n in ns:
+            h = torch.randn(n, d, device=device, dtype=dtype, generator=g)
+            t = torch.randint(0, v, (n,), device=device, generator=g)
+            outs, fns, shape_rows = {}, {}, []
+            for m in methods:  # warm-up call and extra peak memory, method by method
+                fn = _method(m, h, w, t, cap)
+                row = {"method": m, "N": n, "V": v, "d": d, "softcap": cap, "head": HEADS.get((v, d, cap))}
+                try:
+                    out = fn()
+                    if m in ("torch", "fused"):
+                        outs[m] = out
+                    del out
+                    row["extra_peak_mib"] = extra_peak_mib(fn) if cuda else None
+                    fns[m] = fn
+                except (torch.cuda.OutOfMemoryError, RuntimeError) as e:  # the official path at large N x V
+                    row["error"] = str(e).splitlines()[0][:200]
+                    if cuda:
+                        torch.cuda.empty_cache()
+                if m == "fused":
+                    from rmbench_fast.kernels.logprob_triton import FIXED, INTERPRETER, interpreting, tuned_config
+
+                    tuned = tuned_config() if K.tuning_enabled() and not interpreting() else None
+                    row["config"] = tuned or (INTERPRETER if interpreting() else FIXED["half" if w.element_size() == 2
+                                                                                         else "fp32"])
+                if m == "auto":
+                    row["auto_pick"] = K.auto_choices().get(K.auto_key("linear", n, v, d, dtype), "torch")
+                if m in ("torch", "fused") and "fused" in outs and "torch" in outs:
+                    row["max_abs_diff_fused_vs_torch"] = (outs["fused"] - outs["torch"]).abs().max().item()
+                shape_rows.append(row)
+            times = {m: [] for m in fns}
+            for _ in range(repeats):  # round robin: clock and power drift hit every method alike
+                for m, fn in fns.items():
+                    times[m].append(timed(fn))
+            for row in shape_rows:
+                if row["method"] in times:
+                    ts = times[row["method"]]
+                    med = statistics.median(ts)
+                    row.update(time_s=med, times_s=ts, tflops=2 * n * v * d / med / 1e12)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+            del h, t, outs
+        del w
+        if cuda:
+            torch.cuda.empty_cache()
+    return rows
+
+
+def _goals_met(rows) -> dict:
+    fused = [r for r in rows if r["method"] == "fused" and "time_vs_matmul" in r]
+    return {
+        "fused_time_vs_matmul_at_n_ge_4096": all(r["time_vs_matmul"] <= GOALS["fused_time_vs_matmul_at_n_ge_4096"]
+                                                 for r in fused if r["N"] >= 4096),
+        "fused_time_vs_matmul_at_n_1024": all(r["time_vs_matmul"] <= GOALS["fused_time_vs_matmul_at_n_1024"]
+                                              for r in fused if r["N"] <= 1024),
+        "fused_extra_peak_mib": all((r.get("extra_peak_mib") or 0) <= GOALS["fused_extra_peak_mib"] for r in fused),
+    }
+
+
+def main_one_process(args, dtype: str, repeats: int):
+    import torch
+
+    t_start = time.perf_counter()
+    methods = args.methods or list(CUDA_METHODS)
+    shapes = [_parse_shape(s) for s in args.shapes] if args.shapes else CUDA_SHAPES
+    rows = one_process(shapes, methods, args.device, dtype, repeats)
+    key = lambda r: (r["N"], r["V"], r["d"], r["softcap"])  # noqa: E731
+    floor = {key(r): r["time_s"] for r in rows if r["method"] == "matmul" and "time_s" in r}
+    for r in rows:
+        if "time_s" in r and key(r) in floor:
+            r["time_vs_matmul"] = r["time_s"] / floor[key(r)]
+    cuda = args.device.startswith("cuda")
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    out = {
+        "benchmark": "logprob_op",
+        "device": args.device,
+        "dtype": dtype,
+        "mode": "one process",
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
+                    "triton": triton_version, "gpu": torch.cuda.get_device_name() if cuda else None,
+                    "triton_interpret": os.environ.get("TRITON_INTERPRET")},
+        "goals": GOALS,
+        "goals_met": _goals_met(rows),
+        "wall_s": time.perf_counter() - t_start,
+        "rows": rows,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    path = Path(args.out) if args.out else RESULTS / f"logprob_op-{'cuda' if cuda else 'cpu-one-process'}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2) + "\n")
+    print(f"wrote {path} ({out['wall_s']:.0f} s)")
+    print(f"{'N':>6} {'V':>7} {'d':>5} {'cap':>4}  " + "  ".join(f"{m + ' ms, x matmul, MiB':>28}" for m in methods)
+          + "  auto    fused config")
+    for shape in dict.fromkeys(key(r) for r in rows):
+        cells, extra = [], ""
+        for m in methods:
+            r = next(x for x in rows if x["method"] == m and key(x) == shape)
+            if "time_s" not in r:
+                cells.append(f"{'error':>28}")
+                continue
+            mib = "" if r.get("extra_peak_mib") is None else f"{r['extra_peak_mib']:7.0f}"
+            cells.append(f"{r['time_s'] * 1e3:10.2f} {r.get('time_vs_matmul', float('nan')):6.2f}x {mib:>9}")
+            if m == "auto":
+                extra = f"{r['auto_pick']:>6}  " + extra
+            if m == "fused":
+                c = r["config"]
+                extra += f"{c['BLOCK_N']}x{c['BLOCK_V']}x{c['BLOCK_D']} w{c['num_warps']} s{c['num_stages']}"
+        n, v, d, cap = shape
+        print(f"{n:>6} {v:>7} {d:>5} {cap or '-':>4}  " + "  ".join(cells) + "  " + extra)
+    print("goals met:", json.dumps(out["goals_met"]))
 
 
 if __name__ == "__main__":

@@ -1,26 +1,33 @@
 """Fused response-token log-probs (imported as `rmbench_fast.kernels`, never as `kernels`).
 
 The op: hidden states H [N, d] of the positions that predict response tokens, the LM head W [V, d]
-(with bias, logit scale or final soft-capping when the model has them), targets [N] and a segment
-id per row (its sequence). Output: per-token log-prob [N] in fp32, and per-sequence sum, count and
-sum of squares (which give the sum / avg / norm rewards). No [N, V] tensor is ever allocated.
+(with bias, logit scale or divisor, final soft-capping when the model has them), targets [N] and
+a segment id per row (its sequence). Output: per-token log-prob [N] in fp32, and per-sequence sum,
+count and sum of squares (which give the sum / avg / norm rewards). No [N, V] tensor is ever
+allocated. A target outside [0, V) raises TargetOutOfVocabError (a ValueError naming the row).
 
 Implementations, chosen by `impl`:
-- "triton": the fused Triton kernel (GPU; on CPU only under TRITON_INTERPRET=1, for tests);
-- "torch": rows and vocabulary in chunks with an online fp32 log-sum-exp (CPU, and GPU fallback);
-- "auto": triton on CUDA when Triton is importable, torch otherwise.
+- "triton": the fused Triton kernels, logprob_triton.py (from hidden states) and logits_triton.py
+  (from logits) (GPU; on CPU only under TRITON_INTERPRET=1, for tests);
+- "torch": rows and vocabulary in chunks with an fp32 log-sum-exp, logprob_torch.py (CPU, and GPU
+  fallback);
+- "auto": torch on CPU; on CUDA whichever of triton and torch ran faster for the shape, timed once
+  per process for each (V, d, dtype, N bucket) (RMBENCH_LOGPROB_TUNING=0: triton, untimed).
 Plain references live in `logprob_reference.py`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
+from .common import TargetOutOfVocabError, check_targets, n_bucket, tuning_enabled  # noqa: F401
 from .logprob_torch import chunked_linear_logprobs, chunked_logits_logprobs
 
 IMPLS = ("auto", "triton", "torch")
+_AUTO_CHOICES: dict[tuple, str] = {}  # per-process memo of `auto`: key -> "triton" | "torch"
 
 
 def _triton_ok(device: torch.device) -> bool:
@@ -36,6 +43,8 @@ def _triton_ok(device: torch.device) -> bool:
 
 
 def resolve_impl(impl: str, device: torch.device) -> str:
+    """The implementation `impl` runs on `device`: "auto" is "torch" on CPU and "triton" on CUDA
+    (where, per shape, it may still fall back to torch when that timed faster: see pick_fastest)."""
     if impl not in IMPLS:
         raise ValueError(f"unknown log-prob implementation {impl!r} (expected {', '.join(IMPLS)})")
     if impl == "auto":
@@ -46,24 +55,87 @@ def resolve_impl(impl: str, device: torch.device) -> str:
     return impl
 
 
-def linear_logprobs(h, weight, targets, bias=None, scale=None, softcap=None, impl: str = "auto") -> torch.Tensor:
-    """log_softmax(head(h))[target] per row, fp32 [N]."""
-    impl = resolve_impl(impl, h.device)
-    if impl == "triton":
+def auto_key(kind: str, n: int, v: int, d: int | None, dtype: torch.dtype) -> tuple:
+    """The memo key of `auto`: the op, vocabulary, hidden size, dtype and N bucket."""
+    return kind, v, d, str(dtype).replace("torch.", ""), n_bucket(n)
+
+
+def auto_choices() -> dict[tuple, str]:
+    """What `auto` picked so far in this process, by auto_key."""
+    return dict(_AUTO_CHOICES)
+
+
+def cuda_time(fn: Callable[[], object], reps: int = 3) -> float:
+    """Seconds of fn() on the current CUDA stream: one warm-up call (compiles, autotunes), then the
+    best of `reps` calls timed with CUDA events."""
+    fn()
+    best = float("inf")
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        best = min(best, start.elapsed_time(end) / 1e3)
+    return best
+
+
+def pick_fastest(key: tuple, candidates: dict[str, Callable[[], object]], timer=None) -> str:
+    """The name of the fastest candidate for `key`, timed by timer(fn) -> seconds (cuda_time by
+    default) on first use and remembered for the process. With tuning off, the first candidate."""
+    if not tuning_enabled():
+        return next(iter(candidates))
+    if key not in _AUTO_CHOICES:
+        timer = timer or cuda_time
+        times = {name: timer(fn) for name, fn in candidates.items()}
+        _AUTO_CHOICES[key] = min(times, key=times.get)
+    return _AUTO_CHOICES[key]
+
+
+def linear_logprobs(h, weight, targets, bias=None, scale=None, softcap=None, impl: str = "auto",
+                    divisor=None) -> torch.Tensor:
+    """log_softmax(head(h))[target] per row, fp32 [N]; the head is (h @ W^T + b) * scale / divisor,
+    then softcap * tanh(. / softcap) (Granite: divisor = config.logits_scaling). Every
+    implementation validates the targets (TargetOutOfVocabError)."""
+    chosen = resolve_impl(impl, h.device)
+
+    def torch_path():
+        return chunked_linear_logprobs(h, weight, targets, bias, scale, softcap, divisor)
+
+    if chosen == "triton":
         from .logprob_triton import fused_linear_logprobs
 
-        return fused_linear_logprobs(h, weight, targets, bias, scale, softcap)
-    return chunked_linear_logprobs(h, weight, targets, bias, scale, softcap)
+        def triton_path():
+            return fused_linear_logprobs(h, weight, targets, bias, scale, softcap, divisor)
+
+        if impl == "auto" and h.shape[0] > 0:
+            key = auto_key("linear", h.shape[0], weight.shape[0], h.shape[1], h.dtype)
+            chosen = pick_fastest(key, {"triton": triton_path, "torch": torch_path})
+        if chosen == "triton":
+            return triton_path()
+    return torch_path()
 
 
 def logits_logprobs(logits, targets, impl: str = "auto") -> torch.Tensor:
-    """log_softmax(logits)[target] per row, fp32 [N], reading logits in their own dtype."""
-    impl = resolve_impl(impl, logits.device)
-    if impl == "triton":
-        from .logprob_triton import logits_logprobs as triton_logits_logprobs
+    """log_softmax(logits)[target] per row, fp32 [N], reading logits in their own dtype. Every
+    implementation validates the targets (TargetOutOfVocabError)."""
+    chosen = resolve_impl(impl, logits.device)
 
-        return triton_logits_logprobs(logits, targets)
-    return chunked_logits_logprobs(logits, targets)
+    def torch_path():
+        return chunked_logits_logprobs(logits, targets)
+
+    if chosen == "triton":
+        from .logits_triton import logits_logprobs as triton_logits_logprobs
+
+        def triton_path():
+            return triton_logits_logprobs(logits, targets)
+
+        if impl == "auto" and logits.shape[0] > 0:
+            key = auto_key("logits", logits.shape[0], logits.shape[1], None, logits.dtype)
+            chosen = pick_fastest(key, {"triton": triton_path, "torch": torch_path})
+        if chosen == "triton":
+            return triton_path()
+    return torch_path()
 
 
 def segment_stats(logps: torch.Tensor, segments: torch.Tensor, n_segments: int):
@@ -96,7 +168,7 @@ class LogprobStats:
 
 
 def fused_logprob_stats(h, weight, targets, segments, n_segments, bias=None, scale=None, softcap=None,
-                        impl: str = "auto") -> LogprobStats:
+                        impl: str = "auto", divisor=None) -> LogprobStats:
     """The whole op: per-token log-probs and per-sequence reductions."""
-    logps = linear_logprobs(h, weight, targets, bias, scale, softcap, impl)
+    logps = linear_logprobs(h, weight, targets, bias, scale, softcap, impl, divisor)
     return LogprobStats(logps, *segment_stats(logps, segments, n_segments))

@@ -1,30 +1,38 @@
 """Plain torch references for the log-prob kernels: the whole [N, V] logits, then
-log_softmax + gather. Simple and memory-hungry on purpose: the kernels must agree with these."""
+log_softmax + gather. Simple and memory-hungry on purpose: the kernels must agree with these
+(tests compute them in float64 for ground truth)."""
 
 from __future__ import annotations
 
 import torch
 
+from .common import check_targets
 
-def reference_head_logits(h, weight, bias=None, scale=None, softcap=None, dtype=torch.float32):
-    """The LM head as the model computes it, in `dtype`: (h @ W^T + b) * scale, then
-    softcap * tanh(logits / softcap)."""
+
+def reference_head_logits(h, weight, bias=None, scale=None, softcap=None, dtype=torch.float32, divisor=None):
+    """The LM head as the model computes it, in `dtype`: (h @ W^T + b) * scale / divisor, then
+    softcap * tanh(logits / softcap). (Granite divides by config.logits_scaling: divisor.)"""
     logits = torch.nn.functional.linear(h.to(dtype), weight.to(dtype), None if bias is None else bias.to(dtype))
     if scale is not None:
         logits = logits * scale
+    if divisor is not None:
+        logits = logits / divisor
     if softcap is not None:
         logits = softcap * torch.tanh(logits / softcap)
     return logits
 
 
-def reference_linear_logprobs(h, weight, targets, bias=None, scale=None, softcap=None, dtype=torch.float32):
+def reference_linear_logprobs(h, weight, targets, bias=None, scale=None, softcap=None, dtype=torch.float32,
+                              divisor=None):
     """log_softmax(head(h))[target] per row, computed in `dtype` (torch.float64 for ground truth)."""
-    logits = reference_head_logits(h, weight, bias, scale, softcap, dtype)
+    check_targets(targets, h.shape[0], weight.shape[0])
+    logits = reference_head_logits(h, weight, bias, scale, softcap, dtype, divisor)
     return logits.log_softmax(-1).gather(1, targets[:, None].long()).squeeze(1)
 
 
 def reference_logits_logprobs(logits, targets, dtype=torch.float32):
     """log_softmax(logits)[target] per row, in `dtype`."""
+    check_targets(targets, logits.shape[0], logits.shape[1])
     return logits.to(dtype).log_softmax(-1).gather(1, targets[:, None].long()).squeeze(1)
 
 

@@ -1,58 +1,92 @@
 """The torch path of the fused log-prob op (CPU, and GPU fallback): rows and vocabulary in chunks,
-online log-sum-exp in fp32. Memory is bounded by the chunk sizes (row_chunk x vocab_chunk logits),
-never by N x V; the chunks stay in cache, so on CPU it runs as fast as the bare matmul."""
+log-sum-exp in fp32, Liger-Kernel style. Memory is bounded by the chunk sizes (row_chunk x
+vocab_chunk fp32 logits), never by N x V; on CPU the chunks stay in cache, so it runs as fast as
+the bare matmul. The target logit is read from the same fp32 logits that enter the log-sum-exp."""
 
 from __future__ import annotations
 
 import torch
 
+from .common import check_targets
 
-def _epilogue(logits, bias, scale, softcap):
+_MM_OUT_DTYPE: dict[str, bool] = {}  # per device type: does torch.mm(a, b, out_dtype=float32) work?
+
+
+def _half_mm_ok(h: torch.Tensor) -> bool:
+    """On CUDA, bf16/fp16 x bf16/fp16 -> fp32 matmuls keep the tensor cores and exact products
+    (torch.mm's out_dtype, torch >= 2.8); elsewhere the inputs are upcast chunk by chunk."""
+    if h.dtype == torch.float32 or h.device.type != "cuda":
+        return False
+    if h.device.type not in _MM_OUT_DTYPE:
+        try:
+            a = torch.ones(16, 16, dtype=h.dtype, device=h.device)
+            _MM_OUT_DTYPE[h.device.type] = torch.mm(a, a, out_dtype=torch.float32).dtype == torch.float32
+        except (TypeError, RuntimeError, NotImplementedError):
+            _MM_OUT_DTYPE[h.device.type] = False
+    return _MM_OUT_DTYPE[h.device.type]
+
+
+def _head_(logits, bias, mult, softcap):
+    """In place: (logits + b) * mult, then softcap * tanh(logits / softcap)."""
     if bias is not None:
         logits += bias.float()
-    if scale is not None:
-        logits *= scale
+    if mult != 1.0:
+        logits *= mult
     if softcap is not None:
-        logits = softcap * torch.tanh(logits / softcap)
+        logits.div_(softcap).tanh_().mul_(softcap)
     return logits
 
 
-def chunked_linear_logprobs(h, weight, targets, bias=None, scale=None, softcap=None,
-                            row_chunk: int = 1024, vocab_chunk: int = 1024) -> torch.Tensor:
-    """log_softmax(head(h))[target] per row, fp32, without materializing [N, V].
+def chunked_linear_logprobs(h, weight, targets, bias=None, scale=None, softcap=None, divisor=None,
+                            row_chunk: int | None = None, vocab_chunk: int | None = None) -> torch.Tensor:
+    """log_softmax(head(h))[target] per row, fp32, without materializing [N, V]; the head is
+    (h @ W^T + b) * scale / divisor, then softcap * tanh(. / softcap).
 
     Each row chunk walks the vocabulary in chunks; every vocabulary chunk's log-sum-exp goes into a
-    small [rows, n_chunks] table, reduced once at the end. The target logit is the dot product of
-    the row with its target's weight row. Half-precision inputs are upcast one chunk at a time
-    (a bf16 x bf16 product is exact in fp32), so the logits and every reduction are fp32.
-    Extra memory: about 2 x row_chunk x vocab_chunk fp32 values (8 MiB by default)."""
+    small [rows, n_chunks] table, reduced once at the end. Half-precision inputs give fp32 logits
+    (exact products, fp32 sums): upcast one chunk at a time on CPU, an fp32-output matmul on CUDA.
+    Extra memory: a few row_chunk x vocab_chunk fp32 buffers (4 MiB each on CPU, 32 MiB on CUDA)."""
     n, v = h.shape[0], weight.shape[0]
+    check_targets(targets, n, v)
     out = torch.empty(n, dtype=torch.float32, device=h.device)
     if n == 0:
         return out
+    cuda = h.device.type == "cuda"
+    row_chunk = row_chunk or (4096 if cuda else 1024)
+    vocab_chunk = vocab_chunk or (2048 if cuda else 1024)
+    half_mm = _half_mm_ok(h)
+    mult = (1.0 if scale is None else float(scale)) / (1.0 if divisor is None else float(divisor))
     n_chunks = -(-v // vocab_chunk)
-    buf = torch.empty(min(row_chunk, n), min(vocab_chunk, v), dtype=torch.float32, device=h.device)
+    buf = None if half_mm else torch.empty(min(row_chunk, n), min(vocab_chunk, v), dtype=torch.float32,
+                                           device=h.device)
     lses = torch.empty(min(row_chunk, n), n_chunks, dtype=torch.float32, device=h.device)
     for r0 in range(0, n, row_chunk):
-        hr = h[r0:r0 + row_chunk].float()
+        hr = h[r0:r0 + row_chunk] if half_mm else h[r0:r0 + row_chunk].float()
         r = hr.shape[0]
-        for j, v0 in enumerate(range(0, v, vocab_chunk)):
-            w = weight[v0:v0 + vocab_chunk].float()
-            logits = torch.mm(hr, w.T, out=buf[:r, :w.shape[0]])
-            logits = _epilogue(logits, None if bias is None else bias[v0:v0 + w.shape[0]], scale, softcap)
-            torch.logsumexp(logits, dim=1, out=lses[:r, j])
         tr = targets[r0:r0 + r].long()
-        picked = (hr * weight[tr].float()).sum(1, keepdim=True)
-        picked = _epilogue(picked, None if bias is None else bias[tr][:, None], scale, softcap)[:, 0]
+        picked = torch.zeros(r, dtype=torch.float32, device=h.device)
+        for j, v0 in enumerate(range(0, v, vocab_chunk)):
+            w = weight[v0:v0 + vocab_chunk]
+            vc = w.shape[0]
+            if half_mm:
+                logits = torch.mm(hr, w.T, out_dtype=torch.float32)
+            else:
+                logits = torch.mm(hr, w.float().T, out=buf[:r, :vc])
+            _head_(logits, None if bias is None else bias[v0:v0 + vc], mult, softcap)
+            torch.logsumexp(logits, dim=1, out=lses[:r, j])
+            inside = (tr >= v0) & (tr < v0 + vc)
+            picked = torch.where(inside, logits.gather(1, (tr - v0).clamp(0, vc - 1)[:, None])[:, 0], picked)
         out[r0:r0 + r] = picked - torch.logsumexp(lses[:r], dim=1)
     return out
 
 
-def chunked_logits_logprobs(logits, targets, row_chunk: int = 1024) -> torch.Tensor:
+def chunked_logits_logprobs(logits, targets, row_chunk: int | None = None) -> torch.Tensor:
     """log_softmax(logits)[target] per row in fp32, reading the logits in their own dtype and
-    upcasting one row chunk at a time."""
-    n = logits.shape[0]
+    upcasting one row chunk at a time (16 MiB of fp32 on CPU, 64 MiB on CUDA, by default)."""
+    n, v = logits.shape
+    check_targets(targets, n, v)
     out = torch.empty(n, dtype=torch.float32, device=logits.device)
+    row_chunk = row_chunk or max(1, (1 << (24 if logits.device.type == "cuda" else 22)) // max(v, 1))
     for r0 in range(0, n, row_chunk):
         x = logits[r0:r0 + row_chunk].float()
         t = targets[r0:r0 + row_chunk].long()

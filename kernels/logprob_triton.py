@@ -1,144 +1,282 @@
-"""Triton kernels for response-token log-probs.
+"""Triton kernel for response-token log-probs from hidden states: log_softmax(head(H))[target]
+without an [N, V] tensor, shaped like a GEMM so that every SM has work at any N.
 
-`fused_linear_logprobs`: each program owns BLOCK_N rows of H; it walks the vocabulary in BLOCK_V
-tiles, computes the tile of H @ W^T on chip (fp32 accumulation, over BLOCK_D slices of d), applies
-bias / scale / soft-capping, and folds the tile into an online fp32 max / sum (log-sum-exp) while
-picking the target logit on the way. Only the N log-probs are written: no [N, V] tensor exists.
+Grid: one program per (row tile of BLOCK_N rows) x (vocabulary chunk of CHUNK_V columns), in
+the grouped order of Triton's matmul tutorial: GROUP_N neighbouring row tiles take the same chunk
+one after the other, so that chunk's W tiles are read from L2, not HBM. A program walks its chunk
+in BLOCK_V tiles (CHUNK_V / BLOCK_V of them), computes each [BLOCK_N, BLOCK_V] tile of H @ W^T on
+chip (fp32 accumulation over BLOCK_D slices of d), applies bias / scale / soft-capping, and folds
+the tile into a running max and sum of exp2 (log2(e) folded into the head's multipliers; with
+soft-capping the max is the cap itself, so no running max). It then writes one partial (max, sum)
+per row into fp32 [n_chunks, N] buffers, and the program whose chunk holds a row's target writes
+that row's target logit. `_merge_kernel` combines the partials of each row in a fixed order. No
+atomics, no locks: a row's result depends only on its own data and the tile configuration, never
+on the other rows of the batch or on scheduling (checked bit for bit, on an H200 too).
 
-`logits_logprobs`: for models that must return logits, one program per row reads the logits in
-their own dtype, in BLOCK_V tiles, with the same online log-sum-exp.
+CHUNK_V depends on V only (1024 up to V = 262144). Extra memory: 8 * n_chunks * rows + 4 * rows
+bytes, rows = min(N, MAX_ROWS) (longer batches run in slices of MAX_ROWS rows), n_chunks =
+ceil(V / CHUNK_V) <= 256: at most 32 MiB + 64 KiB (31 MiB at N = 16384, V = 256000).
 
-On CPU these run under TRITON_INTERPRET=1 (tests, small shapes); their torch references are in
-logprob_reference.py.
+Precision: bf16 / fp16 inputs use the tensor cores (tl.dot's default) with fp32 accumulation; the
+products are exact in fp32. fp32 inputs default to exact IEEE fp32 products (input_precision
+"ieee", FMA units, no tensor cores) so results match an fp32 reference at 1e-4; fp32_precision=
+"tf32" trades that for tensor-core speed (about 5e-3 off). Tuning: triton.autotune keyed on (V,
+d, dtypes, N bucket); RMBENCH_LOGPROB_TUNING=0 or config= pins one configuration; under
+TRITON_INTERPRET=1 (CPU tests) one small fixed configuration, and bf16 tiles are upcast to fp32
+before tl.dot (the interpreter's half-precision dot is wrong). Targets are validated after the
+launch (they only select values, never addresses), so the check's device sync overlaps the kernel.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 import triton
 import triton.language as tl
 
+from .common import LN2, check_targets, head_multipliers, n_bucket, tuning_enabled
+
+_LN2 = tl.constexpr(LN2)  # Triton kernels read globals only as constexpr
+MAX_ROWS = 16384
+INTERPRETER = dict(BLOCK_N=16, BLOCK_V=32, BLOCK_D=16, GROUP_N=4, num_warps=4, num_stages=1)
+FIXED = {  # RMBENCH_LOGPROB_TUNING=0: one configuration per input dtype, no timing
+    "half": dict(BLOCK_N=128, BLOCK_V=256, BLOCK_D=64, GROUP_N=8, num_warps=8, num_stages=3),
+    "fp32": dict(BLOCK_N=64, BLOCK_V=128, BLOCK_D=32, GROUP_N=8, num_warps=4, num_stages=3),
+}
+
+
+def _config(bn, bv, bd, warps, stages, group=8):
+    return triton.Config(dict(BLOCK_N=bn, BLOCK_V=bv, BLOCK_D=bd, GROUP_N=group), num_warps=warps, num_stages=stages)
+
+
+HALF_CONFIGS = [  # bf16 / fp16: tensor-core tiles (on an H200, 128x256x64 won most shapes, 256x128x64 the rest)
+    _config(128, 256, 64, 8, 3), _config(128, 256, 64, 8, 4), _config(256, 128, 64, 8, 3),
+    _config(256, 128, 32, 8, 4), _config(128, 128, 64, 8, 4), _config(64, 128, 64, 4, 4)]  # the last for small N
+FP32_CONFIGS = [_config(64, 64, 32, 4, 3), _config(64, 128, 32, 4, 3), _config(32, 128, 32, 4, 3)]  # FMA units
+
+
+def _max_shared_mem() -> int:
+    try:
+        from triton.runtime import driver
+
+        return driver.active.utils.get_device_properties(torch.cuda.current_device())["max_shared_mem"]
+    except Exception:  # interpreter, or a driver without the query: assume the smallest recent GPU
+        return 99 * 1024
+
+
+def _prune(configs, named_args, **kwargs):
+    """The configurations for the input dtype whose pipelined tiles fit in shared memory."""
+    elem = named_args["h_ptr"].element_size()
+    smem = _max_shared_mem()
+    mine = [c for c in configs if (c in FP32_CONFIGS) == (elem == 4)]
+    keep = [c for c in mine
+            if c.num_stages * (c.kwargs["BLOCK_N"] + c.kwargs["BLOCK_V"]) * c.kwargs["BLOCK_D"] * elem <= smem]
+    return keep or [min(mine, key=lambda c: c.num_stages * c.kwargs["BLOCK_N"] * c.kwargs["BLOCK_V"])]
+
 
 @triton.jit
 def _tanh(x):
-    # tanh(x) = sign(x) * (1 - e^{-2|x|}) / (1 + e^{-2|x|}), stable for large |x|
-    e = tl.exp(-2.0 * tl.abs(x))
-    t = (1.0 - e) / (1.0 + e)
+    # tanh(x) = sign(x) * (1 - e^{-2|x|}) / (1 + e^{-2|x|}), stable for large |x|; e^y = 2^(y log2 e)
+    e = tl.exp2(-2.8853900817779268 * tl.abs(x))
+    t = tl.fdiv(1.0 - e, 1.0 + e)  # the fast (non-IEEE, ~2 ulp) division
     return tl.where(x < 0, -t, t)
 
 
 @triton.jit
-def _fused_linear_logprob_kernel(
-    h_ptr, w_ptr, b_ptr, t_ptr, out_ptr,
-    N, V, D,
-    stride_hn, stride_hd, stride_wv, stride_wd,
-    scale, softcap,
-    HAS_BIAS: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_SOFTCAP: tl.constexpr, IEEE: tl.constexpr,
-    UPCAST: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_D: tl.constexpr,
-):
-    pid = tl.program_id(0)
-    rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = rows < N
-    tgt = tl.load(t_ptr + rows, mask=row_ok, other=0).to(tl.int32)
-    m = tl.full((BLOCK_N,), float("-inf"), tl.float32)
-    s = tl.zeros((BLOCK_N,), tl.float32)
-    picked = tl.zeros((BLOCK_N,), tl.float32)
-    for v0 in range(0, V, BLOCK_V):
-        cols = v0 + tl.arange(0, BLOCK_V)
-        col_ok = cols < V
-        acc = tl.zeros((BLOCK_N, BLOCK_V), tl.float32)
-        for d0 in range(0, D, BLOCK_D):
-            ds = d0 + tl.arange(0, BLOCK_D)
-            d_ok = ds < D
-            h = tl.load(h_ptr + rows[:, None].to(tl.int64) * stride_hn + ds[None, :] * stride_hd,
-                        mask=row_ok[:, None] & d_ok[None, :], other=0.0)
-            w = tl.load(w_ptr + cols[:, None].to(tl.int64) * stride_wv + ds[None, :] * stride_wd,
-                        mask=col_ok[:, None] & d_ok[None, :], other=0.0)
-            if UPCAST:  # the interpreter's half-precision dot is wrong; bf16 x bf16 is exact in fp32
-                acc = tl.dot(h.to(tl.float32), tl.trans(w.to(tl.float32)), acc, input_precision="ieee")
-            elif IEEE:
-                acc = tl.dot(h, tl.trans(w), acc, input_precision="ieee")
-            else:
-                acc = tl.dot(h, tl.trans(w), acc)
-        if HAS_BIAS:
-            acc += tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-        if HAS_SCALE:
-            acc = acc * scale
-        if HAS_SOFTCAP:
-            acc = softcap * _tanh(acc / softcap)
-        acc = tl.where(col_ok[None, :], acc, float("-inf"))
-        m_new = tl.maximum(m, tl.max(acc, 1))
-        s = s * tl.exp(m - m_new) + tl.sum(tl.exp(acc - m_new[:, None]), 1)
-        m = m_new
-        picked += tl.sum(tl.where(cols[None, :] == tgt[:, None], acc, 0.0), 1)
-    tl.store(out_ptr + rows, picked - (m + tl.log(s)), mask=row_ok)
+def _dot_step(acc, h_rows, w_cols, d0, D, EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+              BLOCK_D: tl.constexpr):
+    """acc += H[rows, d0:d0 + BLOCK_D] @ W[cols, d0:d0 + BLOCK_D]^T."""
+    ds = d0 + tl.arange(0, BLOCK_D)
+    if EVEN_D:
+        a = tl.load(h_rows + ds[None, :])
+        b = tl.load(w_cols + ds[:, None])
+    else:
+        a = tl.load(h_rows + ds[None, :], mask=ds[None, :] < D, other=0.0)
+        b = tl.load(w_cols + ds[:, None], mask=ds[:, None] < D, other=0.0)
+    if UPCAST:  # interpreter: its half-precision dot is wrong; bf16 x bf16 is exact in fp32
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    elif IEEE:
+        return tl.dot(a, b, acc, input_precision="ieee")
+    else:
+        return tl.dot(a, b, acc)
 
 
 @triton.jit
-def _logits_logprob_kernel(x_ptr, t_ptr, out_ptr, V, stride_n, BLOCK_V: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    tgt = tl.load(t_ptr + row).to(tl.int64)
-    m = tl.full((BLOCK_V,), float("-inf"), tl.float32)
-    s = tl.zeros((BLOCK_V,), tl.float32)
-    for v0 in range(0, V, BLOCK_V):
-        cols = v0 + tl.arange(0, BLOCK_V)
-        x = tl.load(x_ptr + row * stride_n + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
-        m_new = tl.maximum(m, x)
-        # lanes still at -inf (masked) contribute nothing; avoid exp(-inf - -inf)
-        s = tl.where(m_new == float("-inf"), 0.0, s * tl.exp(m - m_new) + tl.exp(x - m_new))
+def _fold_tile(acc, cols, col_ok, b_ptr, tgt, m, s, z_tgt, pre, post,
+               HAS_BIAS: tl.constexpr, HAS_SOFTCAP: tl.constexpr, CAPPED_MAX: tl.constexpr):
+    """The head's epilogue on one [BLOCK_N, BLOCK_V] tile of h @ W^T, folded into each row's
+    running max m and sum s of 2^z (z = logit * log2 e), and its target's z."""
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + tl.where(col_ok, cols, 0)).to(tl.float32)[None, :]
+    if HAS_SOFTCAP:
+        z = post * _tanh(acc * pre)
+    else:
+        z = acc * pre
+    z = tl.where(col_ok[None, :], z, float("-inf"))
+    if CAPPED_MAX:  # soft-capped: z <= post = m, and 2^(z - post) >= 2^-120 stays normal: no running max
+        s += tl.sum(tl.exp2(z - post), 1)
+    else:
+        m_new = tl.maximum(m, tl.max(z, 1))
+        s = s * tl.exp2(m - m_new) + tl.sum(tl.exp2(z - m_new[:, None]), 1)
         m = m_new
-    m_all = tl.max(m, 0)
-    total = tl.sum(tl.where(m == float("-inf"), 0.0, s * tl.exp(m - m_all)), 0)
-    picked = tl.load(x_ptr + row * stride_n + tgt).to(tl.float32)
-    tl.store(out_ptr + row, picked - (m_all + tl.log(total)))
+    z_tgt += tl.sum(tl.where(cols[None, :] == tgt[:, None], z, 0.0), 1)
+    return m, s, z_tgt
 
 
-def _interpreting() -> bool:
-    import os
+@triton.jit
+def _linear_chunk_kernel(
+    h_ptr, w_ptr, b_ptr, t_ptr, m_ptr, s_ptr, z_ptr,
+    N, V, D, N_BUCKET,  # N_BUCKET: only an autotuning key
+    stride_hn, stride_wv,
+    pre, post,  # z = acc * pre, or post * tanh(acc * pre) with soft-capping: the logit times log2(e)
+    CHUNK_V: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SOFTCAP: tl.constexpr, CAPPED_MAX: tl.constexpr,
+    EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_D: tl.constexpr, GROUP_N: tl.constexpr,
+):
+    # grouped order: GROUP_N row tiles x one chunk, then the next chunk, as the matmul tutorial
+    pid = tl.program_id(0)
+    n_tiles = tl.cdiv(N, BLOCK_N)
+    per_group = GROUP_N * tl.cdiv(V, CHUNK_V)
+    first = (pid // per_group) * GROUP_N
+    size = min(n_tiles - first, GROUP_N)
+    tile = first + (pid % per_group) % size
+    chunk = (pid % per_group) // size
 
+    rows = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < N
+    rows = tl.where(row_ok, rows, 0)  # tail rows re-read row 0 and are never stored: no load masks
+    tgt = tl.load(t_ptr + rows).to(tl.int32)
+    h_rows = h_ptr + rows.to(tl.int64)[:, None] * stride_hn  # int64: N * d may exceed 2^31
+    v_lo = chunk * CHUNK_V
+    v_hi = min(v_lo + CHUNK_V, V)
+    m = tl.full((BLOCK_N,), float("-inf"), tl.float32)
+    if CAPPED_MAX:
+        m = tl.full((BLOCK_N,), 1.0, tl.float32) * post
+    s = tl.zeros((BLOCK_N,), tl.float32)
+    z_tgt = tl.zeros((BLOCK_N,), tl.float32)
+    for v0 in range(v_lo, v_hi, BLOCK_V):  # the chunk's tiles (a flattened (tile, d) loop was no faster)
+        cols = v0 + tl.arange(0, BLOCK_V)
+        col_ok = cols < v_hi  # the vocabulary's tail, or a chunk_v that no BLOCK_V divides
+        w_cols = w_ptr + tl.where(col_ok, cols, 0).to(tl.int64)[None, :] * stride_wv  # V * d may exceed 2^31
+        acc = tl.zeros((BLOCK_N, BLOCK_V), tl.float32)
+        for d0 in range(0, D, BLOCK_D):
+            acc = _dot_step(acc, h_rows, w_cols, d0, D, EVEN_D, IEEE, UPCAST, BLOCK_D)
+        m, s, z_tgt = _fold_tile(acc, cols, col_ok, b_ptr, tgt, m, s, z_tgt, pre, post,
+                                 HAS_BIAS, HAS_SOFTCAP, CAPPED_MAX)
+    part = chunk.to(tl.int64) * N + rows
+    tl.store(m_ptr + part, m, mask=row_ok)
+    tl.store(s_ptr + part, s, mask=row_ok)
+    tl.store(z_ptr + rows, z_tgt, mask=row_ok & (tgt >= v_lo) & (tgt < v_hi))
+
+
+_heuristics = triton.heuristics({"EVEN_D": lambda a: a["D"] % a["BLOCK_D"] == 0})
+_linear_fixed = _heuristics(_linear_chunk_kernel)
+_linear_tuned = triton.autotune(HALF_CONFIGS + FP32_CONFIGS, key=["V", "D", "N_BUCKET"],
+                                prune_configs_by={"early_config_prune": _prune})(_heuristics(_linear_chunk_kernel))
+
+
+@triton.jit
+def _merge_kernel(m_ptr, s_ptr, z_ptr, out_ptr, N, N_CHUNKS, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """out[row] = ln 2 * (z[row] - log2 sum_c s[c, row] 2^(m[c, row])), over chunks c in a fixed
+    order (BLOCK_C at a time, each block by the same reduction tree for every row)."""
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_ok = rows < N
+    rows = tl.where(row_ok, rows, 0)
+    big_m = tl.full((BLOCK_R,), float("-inf"), tl.float32)
+    big_s = tl.zeros((BLOCK_R,), tl.float32)
+    for c0 in range(0, N_CHUNKS, BLOCK_C):
+        cs = c0 + tl.arange(0, BLOCK_C)
+        c_ok = cs < N_CHUNKS
+        offs = cs.to(tl.int64)[:, None] * N + rows[None, :]
+        m = tl.load(m_ptr + offs, mask=c_ok[:, None], other=float("-inf"))
+        s = tl.load(s_ptr + offs, mask=c_ok[:, None], other=0.0)
+        m_new = tl.maximum(big_m, tl.max(m, 0))
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # all -inf so far (logits input): no NaN
+        big_s = big_s * tl.exp2(big_m - m_ref) + tl.sum(s * tl.exp2(m - m_ref[None, :]), 0)
+        big_m = m_new
+    z = tl.load(z_ptr + rows)
+    tl.store(out_ptr + rows, ((z - big_m) - tl.log2(big_s)) * _LN2, mask=row_ok)
+
+
+def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def default_blocks(h: torch.Tensor) -> tuple[int, int, int, int]:
-    """(BLOCK_N, BLOCK_V, BLOCK_D, num_warps): small tiles for the interpreter, tensor-core sized
-    tiles on the GPU."""
-    if _interpreting() or h.device.type != "cuda":
-        return 16, 32, 16, 4
-    if h.dtype == torch.float32:  # no tensor cores for exact fp32: smaller tiles keep shared memory in bounds
-        return 64, 64, 32, 4
-    return 128, 128, 64, 8
+def merge_partials(m, s, z, out, n, n_chunks):
+    """Launch the fixed-order merge of [n_chunks, n] partials into out [n]."""
+    block_r, block_c = (16, 8) if interpreting() else (128, 16)
+    _merge_kernel[(triton.cdiv(n, block_r),)](m, s, z, out, n, n_chunks, BLOCK_R=block_r, BLOCK_C=block_c)
 
 
-def fused_linear_logprobs(h, weight, targets, bias=None, scale=None, softcap=None, blocks=None) -> torch.Tensor:
-    """log_softmax(head(h))[target] per row, fp32, [N]. h [N, d] and weight [V, d] in one dtype."""
+def chunk_size(v: int) -> int:
+    """Vocabulary columns per chunk: 1024 (a multiple of every BLOCK_V), or more for vocabularies
+    above 262144 so that there are at most 256 chunks. Depends on V only: fixed rounding."""
+    if interpreting():
+        return 64
+    return 1024 * triton.cdiv(v, 1024 * 256)
+
+
+def partial_bytes(n: int, v: int, chunk_v: int | None = None) -> int:
+    """Extra device memory of fused_linear_logprobs: the (max, sum) partials and target logits."""
+    rows = min(n, MAX_ROWS)
+    return 4 * rows * (2 * triton.cdiv(v, chunk_v or chunk_size(v)) + 1)
+
+
+def fused_linear_logprobs(h, weight, targets, bias=None, scale=None, softcap=None, divisor=None, *,
+                          config: dict | None = None, fp32_precision: str = "ieee",
+                          chunk_v: int | None = None, max_rows: int = MAX_ROWS) -> torch.Tensor:
+    """log_softmax(head(h))[target] per row, fp32 [N]; h [N, d] and weight [V, d] in one dtype.
+    The head: (h @ W^T + b) * scale / divisor, then softcap * tanh(. / softcap).
+
+    config: pin one tile configuration (dict of BLOCK_N, BLOCK_V, BLOCK_D, GROUP_N, num_warps,
+    num_stages) instead of autotuning; fp32_precision: "ieee" (exact) or "tf32" for fp32 inputs."""
     n, d = h.shape
     v = weight.shape[0]
+    if targets.shape != (n,):
+        check_targets(targets, n, v)  # raises
+    if h.dtype != weight.dtype or weight.shape[1] != d:
+        raise ValueError(f"h {tuple(h.shape)} {h.dtype} and weight {tuple(weight.shape)} {weight.dtype} do not match")
+    if fp32_precision not in ("ieee", "tf32"):
+        raise ValueError(f"fp32_precision must be 'ieee' or 'tf32', not {fp32_precision!r}")
     out = torch.empty(n, dtype=torch.float32, device=h.device)
     if n == 0:
         return out
-    block_n, block_v, block_d, warps = blocks or default_blocks(h)
-    ieee = h.dtype == torch.float32  # no TF32: fp32 inputs keep fp32 products
-    grid = (triton.cdiv(n, block_n),)
-    _fused_linear_logprob_kernel[grid](
-        h, weight, bias if bias is not None else h, targets.contiguous(), out,
-        n, v, d, h.stride(0), h.stride(1), weight.stride(0), weight.stride(1),
-        float(scale) if scale is not None else 1.0, float(softcap) if softcap is not None else 1.0,
-        HAS_BIAS=bias is not None, HAS_SCALE=scale is not None, HAS_SOFTCAP=softcap is not None, IEEE=ieee,
-        UPCAST=_interpreting() and not ieee,
-        BLOCK_N=block_n, BLOCK_V=block_v, BLOCK_D=block_d, num_warps=warps,
-    )
+    h = h if h.stride(-1) == 1 else h.contiguous()
+    weight = weight if weight.stride(-1) == 1 else weight.contiguous()
+    targets = targets.contiguous()
+    pre, post = head_multipliers(scale, softcap, divisor)
+    chunk_v = chunk_v or chunk_size(v)
+    n_chunks = triton.cdiv(v, chunk_v)
+    rows = min(n, max_rows)
+    m = torch.empty(n_chunks * rows, dtype=torch.float32, device=h.device)
+    s = torch.empty_like(m)
+    z = torch.empty(rows, dtype=torch.float32, device=h.device)
+    fp32 = h.dtype == torch.float32
+    flags = dict(CHUNK_V=chunk_v, HAS_BIAS=bias is not None, HAS_SOFTCAP=softcap is not None,
+                 CAPPED_MAX=softcap is not None and 0 < 2 * post <= 120,  # |z| <= post; 2^(z - post) stays normal
+                 IEEE=fp32 and fp32_precision == "ieee", UPCAST=interpreting() and not fp32)
+    if config is None and (interpreting() or not tuning_enabled()):
+        config = INTERPRETER if interpreting() else FIXED["fp32" if fp32 else "half"]
+    for r0 in range(0, n, rows):
+        r = min(rows, n - r0)
+        args = (h[r0:r0 + r], weight, bias if bias is not None else h, targets[r0:r0 + r], m, s, z,
+                r, v, d, n_bucket(r), h.stride(0), weight.stride(0), pre, post)
+        if config is not None:
+            grid = (triton.cdiv(r, config["BLOCK_N"]) * n_chunks,)
+            _linear_fixed[grid](*args, **flags, **config)
+        else:
+            _linear_tuned[lambda meta: (triton.cdiv(r, meta["BLOCK_N"]) * n_chunks,)](*args, **flags)
+        merge_partials(m, s, z, out[r0:r0 + r], r, n_chunks)
+    # targets only select values in the kernels, never addresses: validating after the launch
+    # lets the check's device sync overlap the kernels
+    check_targets(targets, n, v)
     return out
 
 
-def logits_logprobs(logits, targets, block_v: int | None = None) -> torch.Tensor:
-    """log_softmax(logits)[target] per row, fp32, reading logits [N, V] in their own dtype."""
-    n, v = logits.shape
-    out = torch.empty(n, dtype=torch.float32, device=logits.device)
-    if n == 0:
-        return out
-    if logits.stride(1) != 1:
-        logits = logits.contiguous()
-    block_v = block_v or (64 if _interpreting() else 2048)
-    _logits_logprob_kernel[(n,)](logits, targets.contiguous(), out, v, logits.stride(0), BLOCK_V=block_v)
-    return out
+def tuned_config() -> dict | None:
+    """The configuration the autotuner chose at its last run (None before any, or when fixed)."""
+    best = getattr(_linear_tuned, "best_config", None)
+    if best is None:
+        return None
+    return dict(best.kwargs, num_warps=best.num_warps, num_stages=best.num_stages)

@@ -15,7 +15,9 @@ setup(
     install_requires=[
         # CI installs torch==2.13.0 (CPU build) first; keep this a range that it satisfies.
         "torch>=2.2,<3",
-        "transformers>=4.45",
+        "transformers>=4.51",
+        "accelerate>=0.26",  # transformers 4.51.0 needs it to load any model (NameError: init_empty_weights)
+        "sentencepiece>=0.1.99",  # sentencepiece-only tokenizer folders (Llama 2, Mistral v0.1) under transformers 5
         "tokenizers>=0.19",
         "huggingface_hub>=0.23",
         "safetensors>=0.4",
@@ -30,6 +32,8 @@ setup(
     extras_require={
         "test": ["pytest>=7", "hypothesis>=6"],
         "ray": ["ray>=2.9"],
+        "quant": ["bitsandbytes>=0.43"],  # --compat official on CUDA: 8-bit where the official scripts use it
+        "fastchat": ["fschat>=0.2.36"],  # every FastChat conversation template name for --chat-template
     },
     entry_points={"console_scripts": ["rmbench-fast = rmbench_fast.cli:entry"]},
 )

@@ -61,18 +61,21 @@ def pad_rows(rows: list[list[int]], width: int, pad_id: int, device) -> tuple[to
     return ids.to(device), mask.to(device)
 
 
-def batch_inputs(seqs, batch: Batch, pad_id: int, device, causal: bool, prefix=None,
-                 base: bool = False) -> tuple[dict, np.ndarray | None]:
+def batch_inputs(seqs, batch: Batch, pad_id: int, device, causal: bool, prefix=None, base: bool = False,
+                 mask_first=None) -> tuple[dict, np.ndarray | None]:
     """Model keyword arguments for one batch of `seqs` (tokenize.Encoded), and per row where its
     position 0 sits in its sequence: whole right-padded sequences, or with `prefix` (a
     rmbench_fast.prefix.PrefixKV) the suffixes after cached shared prefixes (`base`: for the base
-    model rather than the head model)."""
+    model rather than the head model). mask_first: per row, whether its first token gets attention
+    mask 0 (the official pipeline's treatment of a doubled BOS; such rows share no prefix)."""
     if prefix is not None:
-        inputs = prefix.inputs(batch, base)
-        return inputs, prefix.offsets(batch)
+        return prefix.inputs(batch, base, mask_first), prefix.offsets(batch)
     ids, mask = pad_rows([seqs[i].ids for i in batch.indices], batch.max_len, pad_id, device)
-    # right padding never reaches a real token of a causal decoder: no mask, the fast causal path
-    return {"input_ids": ids, "attention_mask": None if causal else mask, "use_cache": False}, None
+    if mask_first is not None and mask_first.any():
+        mask[torch.as_tensor(mask_first, device=device), 0] = 0
+    elif causal:  # right padding never reaches a real token of a causal decoder: no mask, the fast path
+        mask = None
+    return {"input_ids": ids, "attention_mask": mask, "use_cache": False}, None
 
 
 def token_counts(lengths, batches: list[Batch]) -> dict:

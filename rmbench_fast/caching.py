@@ -22,7 +22,8 @@ class PassResult:
 
 def cached_pass(store: Store, key: str | None, outputs, n: int, batches, compute, progress, on_batch=None,
                 flush_every_s: float | None = None) -> PassResult:
-    """compute(todo, arrays, on_batch) runs the batches not done yet and returns an info dict;
+    """outputs: {name: shape of one sequence's value} (scorers.base.Scorer.outputs).
+    compute(todo, arrays, on_batch) runs the batches not done yet and returns an info dict;
     on_batch(batch) (hooks) runs after each batch. key None: nothing is stored."""
     t0 = time.perf_counter()
     if flush_every_s is None:  # RMBENCH_FLUSH_SECONDS=0 saves progress after every batch
@@ -34,7 +35,7 @@ def cached_pass(store: Store, key: str | None, outputs, n: int, batches, compute
     if partial is not None:
         arrays, done = {k: partial[k] for k in outputs}, partial["done"].astype(bool)
     else:
-        arrays, done = {k: np.zeros(n) for k in outputs}, np.zeros(n, dtype=bool)
+        arrays, done = {k: np.zeros((n, *shape)) for k, shape in outputs.items()}, np.zeros(n, dtype=bool)
     todo = [b for b in batches if not done[b.indices].all()]
     resumed = int(done.sum())
     progress.skip(resumed)

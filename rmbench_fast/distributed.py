@@ -92,10 +92,10 @@ class _Worker:
         if plan is not None:
             prefix = PrefixKV(self.model, [e.ids for e in seqs], PrefixPlan(*map(np.asarray, plan)), np.arange(n),
                               self.scorer.pad_id, self.device, max_tokens)
-        arrays = {name: np.zeros(n) for name in self.scorer.outputs}
-        run_batches(self.scorer, self.model, seqs, local, arrays, self.device, np.asarray(batch_lengths),
-                    names.__getitem__, None, prefix)
-        return os.getpid(), arrays
+        arrays = {name: np.zeros((n, *shape)) for name, shape in self.scorer.outputs.items()}
+        info = run_batches(self.scorer, self.model, seqs, local, arrays, self.device, np.asarray(batch_lengths),
+                           names.__getitem__, None, prefix)
+        return os.getpid(), arrays, info
 
 
 def _maybe_die():
@@ -134,15 +134,15 @@ def ray_compute(cfg: RayConfig, prep, o, model_path: str):
     it done and saves progress)."""
 
     def compute(todo, arrays, on_batch):
-        work = run_pass_on_ray(cfg, prep, o, model_path, todo, arrays, on_batch)
-        return {"engine": "ray", "workers": cfg.num_workers, "sequences_per_worker": work}
+        work, notes = run_pass_on_ray(cfg, prep, o, model_path, todo, arrays, on_batch)
+        return {"engine": "ray", "workers": cfg.num_workers, "sequences_per_worker": work, **notes}
 
     return compute
 
 
-def run_pass_on_ray(cfg: RayConfig, prep, o, model_path: str, todo, arrays: dict, on_batch) -> dict:
-    """Returns the sequences each worker process scored ({pid: count}): their sum is the pass's
-    sequences when no finished work was redone."""
+def run_pass_on_ray(cfg: RayConfig, prep, o, model_path: str, todo, arrays: dict, on_batch) -> tuple[dict, dict]:
+    """Returns the sequences each worker process scored ({pid: count}: their sum is the pass's
+    sequences when no finished work was redone) and what the scorer noted for run.json."""
     from .layout import sequence_name
 
     ray = ensure_ray(cfg)
@@ -160,7 +160,7 @@ def run_pass_on_ray(cfg: RayConfig, prep, o, model_path: str, todo, arrays: dict
     attempts = {k: 0 for k, _ in queue}
     idle = [spawn() for _ in range(min(cfg.num_workers, len(queue)))]
     running = {}  # future -> (unit index, unit, actor, sequence indices)
-    work = {}
+    work, notes = {}, {}
     try:
         while queue or running:
             while queue and idle:
@@ -194,8 +194,9 @@ def run_pass_on_ray(cfg: RayConfig, prep, o, model_path: str, todo, arrays: dict
                 queue.insert(0, (k, unit))
                 idle.append(actor)
                 continue
-            pid, result = result
+            pid, result, note = result
             work[str(pid)] = work.get(str(pid), 0) + len(index)
+            notes.update(note)
             for name, values in result.items():
                 arrays[name][index] = values
             idle.append(actor)
@@ -207,7 +208,7 @@ def run_pass_on_ray(cfg: RayConfig, prep, o, model_path: str, todo, arrays: dict
                 ray.kill(actor)
             except Exception:
                 pass
-    return work
+    return work, notes
 
 
 def _give_up_if(attempts: int, k: int, unit, error):

@@ -56,8 +56,8 @@ def _local(prep: Prepared, o: ScoreOptions, model_path: str):
                 prefix = PrefixKV(model, [e.ids for e in prep.seqs], prep.plan,
                                   np.concatenate([b.indices for b in todo]), prep.scorer.pad_id, prep.device,
                                   prep.max_tokens)
-            run_batches(prep.scorer, model, prep.seqs, todo, arrays, prep.device, prep.batch_lengths,
-                        lambda i: sequence_name(prep.samples, i), on_batch, prefix)
+            info.update(run_batches(prep.scorer, model, prep.seqs, todo, arrays, prep.device, prep.batch_lengths,
+                                    lambda i: sequence_name(prep.samples, i), on_batch, prefix))
             if prefix is not None:
                 info["prefix_sharing"] = prefix.note
             return info

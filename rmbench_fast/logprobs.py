@@ -16,17 +16,19 @@ from .kernels import linear_logprobs, segment_stats  # noqa: F401  (segment_stat
 
 @dataclass
 class LMHead:
-    """What turns a hidden state into logits: (h @ W^T + b) * scale, then optional soft-capping
-    cap * tanh(logits / cap)."""
+    """What turns a hidden state into logits: (h @ W^T + b) * scale / divisor, then optional
+    soft-capping cap * tanh(logits / cap)."""
 
     weight: torch.Tensor  # [V, d]
     bias: torch.Tensor | None = None
     scale: float | None = None
     softcap: float | None = None
+    divisor: float | None = None  # Granite's logits_scaling
 
 
 def token_logprobs(hidden: torch.Tensor, head: LMHead, targets: torch.Tensor, impl: str = "auto") -> torch.Tensor:
     """log softmax(head(hidden))[target] for each row, in fp32: [N, d], [N] -> [N]."""
     if hidden.dtype != head.weight.dtype:
         hidden = hidden.to(head.weight.dtype)
-    return linear_logprobs(hidden.contiguous(), head.weight, targets, head.bias, head.scale, head.softcap, impl)
+    return linear_logprobs(hidden.contiguous(), head.weight, targets, head.bias, head.scale, head.softcap, impl,
+                           divisor=head.divisor)

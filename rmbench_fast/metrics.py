@@ -60,6 +60,20 @@ def count_wins(chosen, rejected, groups=None, n_groups: int = 1, names=None) -> 
     return counts
 
 
+def comparable(chosen, rejected):
+    """Scores as numbers `>` compares as the official accuracy does: plain scores as they are;
+    vectors (multi-label heads, the official flow keeps whole logits lists) replaced by their rank
+    in lexicographic order over both arrays, so a > b exactly when Python's list a > list b."""
+    chosen, rejected = np.asarray(chosen, dtype=np.float64), np.asarray(rejected, dtype=np.float64)
+    if chosen.ndim == 2:
+        return chosen, rejected
+    flat = np.concatenate([chosen.reshape(-1, chosen.shape[-1]), rejected.reshape(-1, rejected.shape[-1])])
+    _, rank = np.unique(flat, axis=0, return_inverse=True)  # rows sorted lexicographically
+    rank = rank.reshape(-1).astype(np.float64)
+    n = chosen.shape[0] * chosen.shape[1]
+    return rank[:n].reshape(chosen.shape[:2]), rank[n:].reshape(rejected.shape[:2])
+
+
 def accuracy_from_counts(counts: np.ndarray, n_prompts: int) -> dict:
     """hard / normal / easy / avg and the 3x3 matrix, following the official formulas."""
     matrix = counts.astype(np.float64) / n_prompts
@@ -73,10 +87,12 @@ def accuracy_from_counts(counts: np.ndarray, n_prompts: int) -> dict:
 def summarize(chosen, rejected, domains, subsets=None, names=None) -> dict:
     """The full summary: per scoring domain (safety pooled), per file domain, per subset, overall.
 
-    chosen, rejected: [n_prompts, 3] scores; domains: the file domain of each prompt (a name from
+    chosen, rejected: [n_prompts, 3] scores, or [n_prompts, 3, k] score vectors (compared as lists);
+    domains: the file domain of each prompt (a name from
     DOMAINS, or any other label, which then stands as its own scoring domain); subsets: optional
     subset name per prompt; names: how errors name each prompt.
     """
+    chosen, rejected = comparable(chosen, rejected)
     domains = list(domains)
     n = len(domains)
     if n == 0:

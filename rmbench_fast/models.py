@@ -66,11 +66,12 @@ def detect_mode(config) -> str:
 
 
 def load_tokenizer(path: str, trust_remote_code: bool):
-    from transformers import AutoTokenizer
+    """The tokenizer as the official flow (transformers 4.51) loads it (tokenizer_loading)."""
+    from .tokenizer_loading import load_tokenizer as load_as_official
 
     check_model_path(path, "tokenizer")
     try:
-        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+        tok = load_as_official(path, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, TypeError) as e:
         raise UsageError(f"tokenizer {path}: cannot load it ({one_line(e, 300)})") from None
     if tok.eos_token_id is None and tok.pad_token_id is None:
@@ -81,16 +82,27 @@ def load_tokenizer(path: str, trust_remote_code: bool):
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 
 
+def _dtype_kwarg() -> str:
+    """transformers 4.56 renamed from_pretrained's torch_dtype to dtype."""
+    import transformers
+
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    return "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
+
+
 def load_model(path: str, mode: str, dtype: torch.dtype, device: torch.device, trust_remote_code: bool,
-               allow_pickle_weights: bool = False):
+               allow_pickle_weights: bool = False, load_in_8bit: bool = False, model_class=None):
     """Load weights from safetensors; pickle-format weights (which can run code when loaded) only
-    with allow_pickle_weights."""
+    with allow_pickle_weights. Every weight of the model's class must come from the files and
+    every weight in the files must be used: a head whose names do not match its class would
+    otherwise be random (or silently dropped), so that is an error naming the weights.
+    load_in_8bit: bitsandbytes LLM.int8 on CUDA, as the official scripts load most models."""
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # our own progress bar reports the work
-    cls = AutoModelForSequenceClassification if mode == "rm" else AutoModelForCausalLM
+    cls = model_class or (AutoModelForSequenceClassification if mode == "rm" else AutoModelForCausalLM)
     local = Path(path)
     if local.is_dir() and not allow_pickle_weights:
         names = [p.name for p in local.iterdir()]
@@ -100,19 +112,46 @@ def load_model(path: str, mode: str, dtype: torch.dtype, device: torch.device, t
                 raise UsageError(f"model {path}: weights are pickle files ({pickled[0]}), which can run code when "
                                  "loaded; pass --allow-pickle-weights if you trust them, or convert them to "
                                  "safetensors")
-    kw = {"trust_remote_code": trust_remote_code}
+    kw = {"trust_remote_code": trust_remote_code, _dtype_kwarg(): dtype, "output_loading_info": True}
     if not allow_pickle_weights:
         kw["use_safetensors"] = True
+    if load_in_8bit:
+        kw.update(quantization_config=_int8_config(), device_map={"": device.index or 0})
+    what = "a sequence classifier" if mode == "rm" else "a causal LM"
     try:
-        try:
-            model = cls.from_pretrained(path, dtype=dtype, **kw)
-        except TypeError:  # transformers < 4.56 names it torch_dtype
-            model = cls.from_pretrained(path, torch_dtype=dtype, **kw)
+        model, info = cls.from_pretrained(path, **kw)
     except (OSError, ValueError) as e:
         hint = "" if allow_pickle_weights else " (only safetensors weights load without --allow-pickle-weights)"
-        raise UsageError(f"model {path}: cannot load it as {'a sequence classifier' if mode == 'rm' else 'a causal LM'}"
-                         f" ({one_line(e, 300)}){hint}") from None
-    return model.to(device).eval().requires_grad_(False)
+        raise UsageError(f"model {path}: cannot load it as {what} ({one_line(e, 300)}){hint}") from None
+    check_loading(path, type(model).__name__, info)
+    model = model if load_in_8bit else model.to(device)
+    return model.eval().requires_grad_(False)
+
+
+def check_loading(path: str, cls_name: str, info: dict) -> None:
+    """Missing, unexpected or mismatched weights end the run before any pass, naming them."""
+    problems = []
+    for key, what in (("missing_keys", "not in the files, so they would be random"),
+                      ("unexpected_keys", "in the files but unused by the class"),
+                      ("mismatched_keys", "of another shape in the files")):
+        names = sorted(str(k[0] if isinstance(k, tuple) else k) for k in (info.get(key) or []))
+        if names:
+            more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+            problems.append(f"{', '.join(names[:5])}{more} ({what})")
+    if problems:
+        raise UsageError(f"model {path}: loading it as {cls_name} does not match its weights: {'; '.join(problems)}. "
+                         "Its head probably has other names than the class expects: choose the right class "
+                         "(rmbench-fast adapters) or convert the checkpoint")
+
+
+def _int8_config():
+    try:
+        import bitsandbytes  # noqa: F401
+        from transformers import BitsAndBytesConfig
+    except ImportError:
+        raise UsageError("8-bit loading (the official precision for this model) needs bitsandbytes: "
+                         "pip install 'rmbench-fast[quant]'") from None
+    return BitsAndBytesConfig(load_in_8bit=True)
 
 
 # Decoder-only model types: causal attention, positions counted from 0 on each row. For these, right

@@ -188,8 +188,9 @@ class PrefixKV:
         """Per row: where row position 0 sits in its sequence."""
         return self.plan.prefix[batch.indices] if self.enabled else np.zeros(len(batch.indices), dtype=np.int64)
 
-    def inputs(self, batch: Batch, base: bool = False) -> dict:
-        """Model keyword arguments for a batch (ids of the suffixes after the cached prefixes)."""
+    def inputs(self, batch: Batch, base: bool = False, mask_first=None) -> dict:
+        """Model keyword arguments for a batch (ids of the suffixes after the cached prefixes).
+        mask_first: rows whose first token gets attention mask 0 (they have no prefix)."""
         rows = batch.indices
         w = int(self.plan.wave[rows[0]])
         if self.enabled and self.wave != w:
@@ -197,9 +198,12 @@ class PrefixKV:
         off = self.offsets(batch)
         suffixes = [self.seqs[i][o:] for i, o in zip(rows, off)]
         ids, suffix_mask = pad_rows(suffixes, max(map(len, suffixes)), self.pad_id, self.device)
+        masked = mask_first is not None and bool(mask_first.any())
+        if masked:
+            suffix_mask[torch.as_tensor(mask_first, device=self.device), 0] = 0
         pm = int(off.max())
-        if pm == 0:  # nothing shared: the fast causal path, no mask
-            return {"input_ids": ids, "use_cache": False}
+        if pm == 0:  # nothing shared: the fast causal path, no mask unless a first token is masked
+            return {"input_ids": ids, "attention_mask": suffix_mask if masked else None, "use_cache": False}
         # prefixes right-aligned in pm cache slots, the holes on their left masked
         off_t = torch.as_tensor(off, device=self.device)
         prefix_mask = (torch.arange(pm, device=self.device)[None, :] >= pm - off_t[:, None]).long()

@@ -38,6 +38,7 @@ def run_info(prep, o, passes: dict, store, t_start: float) -> dict:
     return {
         "options": asdict(o),
         **prep.scorer.describe(),
+        **prep.scorer.notes(seqs),
         "compat": o.compat,
         "chat_template": prep.fmt.name,
         "device": str(prep.device),

@@ -24,8 +24,8 @@ def results_items(samples: list[Sample], chosen: np.ndarray, rejected: np.ndarra
     for s, c, r in zip(samples, chosen, rejected):
         item = dict(s.item)
         item["domain"] = s.domain
-        item["score_chosen"] = [float(x) for x in c]
-        item["score_rejected"] = [float(x) for x in r]
+        item["score_chosen"] = c.tolist()  # floats, or lists of floats for whole logits vectors
+        item["score_rejected"] = r.tolist()
         out.append(item)
     return out
 
@@ -40,7 +40,8 @@ def write_results(out_dir, samples, chosen, rejected, summary: dict) -> tuple[Pa
 
 def read_scores(path):
     """Read a results file (ours, or the official scripts'). Returns (chosen [n,3], rejected [n,3],
-    domains, subsets, names). `path` may also be a run folder holding results.json."""
+    domains, subsets, names); where the scores are lists (the official flow keeps a multi-label
+    head's whole logits vector), [n,3,k]. `path` may also be a run folder holding results.json."""
     path = Path(path)
     if path.is_dir():
         if not (path / "results.json").is_file():
@@ -64,30 +65,50 @@ def read_scores(path):
     if not items:
         raise DataError(path, "holds an empty list: no results")
     stem_domain = file_domain(path)
-    n = len(items)
-    chosen, rejected = np.empty((n, 3)), np.empty((n, 3))
+    scores = {"score_chosen": [], "score_rejected": []}
+    width = None  # None: plain scores; k: every score a list of k numbers (the official multi-label form)
     domains, subsets, names = [], [], []
     for i, item in enumerate(items):
         if not isinstance(item, dict):
             raise DataError(path, "result must be an object", index=i)
-        for key, arr in (("score_chosen", chosen), ("score_rejected", rejected)):
+        for key, out in scores.items():
             if key not in item:
                 raise DataError(path, "missing key", index=i, key=key)
             v = item[key]
             if not isinstance(v, list) or len(v) != 3:
-                raise DataError(path, "must be a list of 3 numbers", index=i, key=key)
-            for j, x in enumerate(v):
-                if isinstance(x, bool) or not isinstance(x, (int, float)):
-                    raise DataError(path, f"must be a number, got {x!r}", index=i, key=f"{key}[{j}]")
-                if not math.isfinite(x):
-                    raise DataError(path, f"score is {x} (not a finite number)", index=i, key=f"{key}[{j}]")
-                arr[i, j] = x
+                raise DataError(path, "must be a list of 3 scores", index=i, key=key)
+            row = [_score(path, i, f"{key}[{j}]", x) for j, x in enumerate(v)]
+            for j, x in enumerate(row):
+                k = len(x) if isinstance(x, list) else None
+                if i == 0 and key == "score_chosen" and j == 0:
+                    width = k
+                elif k != width:
+                    raise DataError(path, f"mixes plain scores and lists of scores (or lists of other lengths): "
+                                    f"expected {'a number' if width is None else f'a list of {width}'}", index=i,
+                                    key=f"{key}[{j}]")
+            out.append(row)
         domains.append(_result_domain(path, i, item, stem_domain))
         subset = item.get("subset")
         subsets.append(subset if isinstance(subset, str) else None)
         sid = item.get("id", i)
         names.append(str(sid) if str(sid).startswith(f"{domains[-1]}/") else f"{domains[-1]}/{sid}")
-    return chosen, rejected, domains, subsets, names
+    return (np.array(scores["score_chosen"], dtype=np.float64), np.array(scores["score_rejected"], dtype=np.float64),
+            domains, subsets, names)
+
+
+def _score(path, index, key, x, top=True):
+    """A finite number, or (at the top) a non-empty list of them."""
+    if isinstance(x, list):
+        if not top:
+            raise DataError(path, "a score is a number or a list of numbers, not a deeper list", index=index, key=key)
+        if not x:
+            raise DataError(path, "an empty list is not a score", index=index, key=key)
+        return [_score(path, index, f"{key}[{j}]", y, False) for j, y in enumerate(x)]
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise DataError(path, f"must be a number, got {x!r}", index=index, key=key)
+    if not math.isfinite(x):
+        raise DataError(path, f"score is {x} (not a finite number)", index=index, key=key)
+    return float(x)
 
 
 def _result_domain(path, index, item, stem_domain) -> str:

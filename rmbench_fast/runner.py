@@ -40,10 +40,11 @@ def check_token_ids(scorer, model, seqs, indices, describe) -> None:
 
 
 def run_batches(scorer, model, seqs, batches: list[Batch], arrays: dict, device, batch_lengths,
-                describe, on_batch=None, prefix=None) -> None:
+                describe, on_batch=None, prefix=None) -> dict:
     """Score `batches` of `seqs` (tokenize.Encoded) with `scorer` on `model`, writing each output
     into arrays[name][batch.indices]. batch_lengths: per sequence, the tokens its batch row holds
-    (its length, less a shared prefix); describe(i) names sequence i in errors."""
+    (its length, less a shared prefix); describe(i) names sequence i in errors. Returns what the
+    scorer's batch function noted for run.json (its `info`, if any)."""
     check_token_ids(scorer, model, seqs, np.concatenate([b.indices for b in batches]) if batches else [], describe)
     run = scorer.batch_fn(model, device)
 
@@ -67,3 +68,4 @@ def run_batches(scorer, model, seqs, batches: list[Batch], arrays: dict, device,
 
     for batch in batches:
         one(batch)
+    return dict(getattr(run, "info", {}))

@@ -11,7 +11,6 @@ Truncation happens only in compat mode (`--compat official`), and is counted.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,16 +33,15 @@ class Encoded:
 
 
 def official_tokenizer_class(tokenizer, path=None) -> str:
-    """The class transformers 4.51 would build: `tokenizer_class` of tokenizer_config.json when
-    the tokenizer is a local folder (newer transformers may load it as another class), else the
-    class of `tokenizer`. "Fast" suffixes dropped."""
-    name = type(tokenizer).__name__
-    if path is not None:
-        cfg = Path(path) / "tokenizer_config.json"
-        try:
-            name = json.loads(cfg.read_text(encoding="utf-8")).get("tokenizer_class") or name
-        except (OSError, ValueError):
-            pass
+    """The class transformers 4.51 would build ("Fast" dropped): the one tokenizer_config.json
+    names, else config.json's, else the model type's (tokenizer_loading.class_451), when the
+    tokenizer is a local folder; else the class of `tokenizer`."""
+    from .tokenizer_loading import class_451, read_json
+
+    name = None
+    if path is not None and Path(path).is_dir():
+        name = class_451(Path(path), read_json(Path(path) / "tokenizer_config.json"))
+    name = name or type(tokenizer).__name__
     return name[:-4] if name.endswith("Fast") else name
 
 

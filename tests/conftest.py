@@ -52,12 +52,11 @@ def models(tmp_path_factory, data_path):
 
 def encode_run(samples, model_dir, kind, compat=False):
     """A run's sequences as the engine encodes them (kind: rm or dpo), for tests that look at ids."""
-    from transformers import AutoTokenizer
-
+    from rmbench_fast.models import load_tokenizer
     from rmbench_fast.scorers import DPOScorer, RewardModelScorer
     from rmbench_fast.templates import ChatFormat
 
-    tok = AutoTokenizer.from_pretrained(model_dir)
+    tok = load_tokenizer(model_dir, False)
     scorer = RewardModelScorer(tok.pad_token_id, 0) if kind == "rm" else DPOScorer(tok.eos_token_id, "torch", "avg")
     return scorer.encode(samples, tok, ChatFormat(tok), compat, model_dir)
 

@@ -74,25 +74,40 @@ def render(tok, prompt, response=None):
 # ---- reward models
 
 
-def official_rm(model_dir, samples, append_eos):
-    """The official RM flow: per style, the chosen list then the rejected list, batches of 8."""
+def official_pad_ids(tok, config):
+    """run_rm.py: a tokenizer without a pad token pads with EOS, and the config's pad id becomes EOS
+    too; a config without a pad id takes the tokenizer's."""
+    tok_pad, cfg_pad = tok.pad_token_id, config.pad_token_id
+    if tok_pad is None:
+        tok_pad = cfg_pad = tok.eos_token_id
+    if cfg_pad is None:
+        cfg_pad = tok_pad
+    return tok_pad, cfg_pad
+
+
+def official_rm(model_dir, samples, append_eos, batch_size=OFFICIAL_BATCH):
+    """The official RM flow (run_rm.py's DataLoader loop over rewardbench's RewardBenchPipeline):
+    per style, batches of 8 chosen texts then the same 8 rejected texts, each padded (right) to its
+    longest with the tokenizer's pad id; a row that starts with two BOS tokens gets attention 0
+    on the first; the model pools with its config's pad id; raw logits."""
     tok = AutoTokenizer.from_pretrained(model_dir)
-    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     model = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
-    if model.config.pad_token_id is None:
-        model.config.pad_token_id = pad
+    pad, model.config.pad_token_id = official_pad_ids(tok, model.config)
     out = {"chosen": np.zeros((len(samples), 3)), "rejected": np.zeros((len(samples), 3))}
     for k in range(3):
         for side in ("chosen", "rejected"):
             texts = [render(tok, s.prompt, getattr(s, side)[k]) for s in samples]
-            for b, batch in enumerate(official_batches(texts)):
+            for b, batch in enumerate(official_batches(texts, batch_size)):
                 enc = [tok(t)["input_ids"] + ([tok.eos_token_id] if append_eos else []) for t in batch]
                 width = max(map(len, enc))
                 ids = torch.tensor([e + [pad] * (width - len(e)) for e in enc])
                 mask = torch.tensor([[1] * len(e) + [0] * (width - len(e)) for e in enc])
+                for r, e in enumerate(enc):
+                    if tok.bos_token is not None and len(e) > 1 and e[0] == e[1] == tok.bos_token_id:
+                        mask[r, 0] = 0
                 with torch.no_grad():
                     logits = model(input_ids=ids, attention_mask=mask).logits[:, 0]
-                out[side][OFFICIAL_BATCH * b:OFFICIAL_BATCH * b + len(enc), k] = logits.numpy()
+                out[side][batch_size * b:batch_size * b + len(enc), k] = logits.numpy()
     return out["chosen"], out["rejected"]
 
 

@@ -59,7 +59,7 @@ def test_accuracy_table_and_official_file_name(tmp_path):
 
 @pytest.mark.parametrize("content, expected", [
     ([{"score_chosen": [1, 2, 3]}], "key 'score_rejected': missing key"),
-    ([{"score_chosen": [1, 2], "score_rejected": [1, 2, 3]}], "list of 3 numbers"),
+    ([{"score_chosen": [1, 2], "score_rejected": [1, 2, 3]}], "list of 3 scores"),
     ([{"score_chosen": [1, "x", 3], "score_rejected": [1, 2, 3]}], "score_chosen[1]"),
     ("[{\"score_chosen\": [1, NaN, 3], \"score_rejected\": [1, 2, 3]}]", "not a finite number"),
 ])

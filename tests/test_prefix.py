@@ -33,15 +33,26 @@ def tiny_waves(monkeypatch):
 def test_rm_shared_matches_official(models, data_path, waves, request):
     if waves == "many":
         request.getfixturevalue("tiny_waves")
-    m = models["tmpl"]["rm"]
+    m = models["llama"]["rm"]
     run = score(ScoreOptions(model=m, data=data_path, limit=3, share_prefix=True, progress=False))
     assert run.run["shared_prefix"]["tokens_saved"] > 0
     assert run.run["padded_tokens"] < run.run["real_tokens"]
     assert run.run["models"]["model"]["prefix_sharing"] == "on"
-    ref = official_rm(m, run.samples, False)
+    ref = official_rm(m, run.samples, True)
     np.testing.assert_allclose(run.chosen, ref[0], atol=1e-4, rtol=0)
     np.testing.assert_allclose(run.rejected, ref[1], atol=1e-4, rtol=0)
     assert_same_accuracy(run.samples, (run.chosen, run.rejected), ref)
+
+
+def test_doubled_bos_shares_nothing(models, data_path):
+    """A sequence whose first BOS is masked (the official treatment of a doubled BOS) shares no
+    prefix: its cache would have been computed with the BOS attended."""
+    m = models["tmpl"]["rm"]
+    run = score(ScoreOptions(model=m, data=data_path, limit=2, share_prefix=True, progress=False))
+    assert run.run["double_bos_sequences"] == run.run["n_sequences"]
+    assert run.run["shared_prefix"] == {"prompts": 0, "tokens_saved": 0}
+    ref = official_rm(m, run.samples, False)
+    np.testing.assert_allclose(run.chosen, ref[0], atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize("ref_free", [None, "norm"])
@@ -139,10 +150,10 @@ def test_self_check_turns_sharing_off(models, data_path, monkeypatch, caplog):
         return cache
 
     monkeypatch.setattr(prefix_mod, "_new_cache", broken)
-    m = models["tmpl"]["rm"]
+    m = models["llama"]["rm"]
     run = score(ScoreOptions(model=m, data=data_path, limit=2, share_prefix=True, progress=False))
     assert run.run["models"]["model"]["prefix_sharing"].startswith("off: shared and plain states differ")
-    ref = official_rm(m, run.samples, False)
+    ref = official_rm(m, run.samples, True)
     np.testing.assert_allclose(run.chosen, ref[0], atol=1e-4, rtol=0)
     np.testing.assert_allclose(run.rejected, ref[1], atol=1e-4, rtol=0)
 

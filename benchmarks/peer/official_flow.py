@@ -1,16 +1,27 @@
 """The official RM-Bench flow, run by calling allenai's rewardbench 0.1.4 package (in the peer
 environment that benchmarks/peer/setup.sh makes: transformers 4.51, trl 0.17, fastchat).
 
-It does what RM-Bench's scripts/run_rm.py and scripts/run_dpo.py do, offline and without their
-hub and GPU plumbing:
+It does what RM-Bench's scripts/run_rm.py and scripts/run_dpo.py do (run_rm.sh / run_dpo.sh:
+batch size 8), offline and without their hub and logging plumbing:
 - each data file is split into three datasets, one per style index; each is formatted with the
-  tokenizer's chat template, else fastchat's conversation template (tulu), by rewardbench's own
-  prepare_dialogue / prepare_dialogue_from_tokenizer;
-- RM: the transformers `text-classification` pipeline, batch size 8, padding, truncation at 2048
-  (left), function_to_apply="none"; pad = EOS when missing; add_eos_token = True when the tokenizer
-  has no chat template; the rejected list, then the chosen list;
-- DPO: rewardbench.DPOInference (tokenize_row, concatenated forward, full-vocabulary log_softmax)
-  with trl's DPODataCollatorWithPadding, batch size 8.
+  tokenizer's chat template, else fastchat's conversation template (--chat-template, tulu by
+  default), by rewardbench's own prepare_dialogue / prepare_dialogue_from_tokenizer;
+- RM (run_rm.py): REWARD_MODEL_CONFIG looked up by the model name (a `RewardModels/` prefix
+  stripped; else "default"), its model_builder and pipeline_builder (for "default":
+  AutoModelForSequenceClassification and rewardbench's RewardBenchPipeline, which masks the first
+  of two leading BOS tokens); truncation_side "left"; pad = EOS in tokenizer and config when the
+  tokenizer has none, config pad = tokenizer pad when the config has none; add_eos_token = True when
+  the tokenizer has no chat template; a DataLoader of 8 rows through accelerate, the pipeline called
+  per batch on the chosen texts, then the rejected texts, with batch_size 8, truncation, padding,
+  max_length 2048, function_to_apply "none"; raw logits as scores, lists of one value flattened when
+  saving, as run_rm.py does (lists of several are kept);
+- DPO (run_dpo.py): rewardbench.DPOInference (tokenize_row, concatenated forward,
+  full-vocabulary log_softmax) with trl's DPODataCollatorWithPadding, batch size 8.
+Departures, all of the device only: without CUDA, the `.to("cuda")` / `.cuda()` calls hard-coded in
+rewardbench's pipelines are redirected to --device, and run_rm.py's torch.cuda memory bookkeeping
+(which changes no number) is skipped. --dtype stands for run_rm.py's --torch_dtype; 8-bit loading
+(run_rm.py's default for entries marked quantized, needs bitsandbytes and CUDA) only with
+--quantized, i.e. the default here is run_rm.py's --not_quantized.
 Writes the official results format (each item plus score_chosen / score_rejected, and domain) and,
 with --timing, a JSON of wall time and token counts.
 
@@ -55,9 +66,10 @@ def style_dataset(items, k, tokenizer, conv):
     return ds.map(prepare_dialogue, fn_kwargs={"dialogue_template": conv})
 
 
-def score_files(files, tokenizer, conv, score_style):
+def score_files(files, tokenizer, conv, score_style, flatten=False):
     """Each file, each style index as its own pass, as the official scripts do. score_style(ds)
-    returns (chosen scores, rejected scores, real tokens, padded tokens) of one style's dataset."""
+    returns (chosen scores, rejected scores, real tokens, padded tokens) of one style's dataset.
+    flatten: run_rm.py's saving rule, lists of one score each become plain scores."""
     tokens = padded = 0
     results = []
     for domain, items in files:
@@ -67,18 +79,71 @@ def score_files(files, tokenizer, conv, score_style):
             tokens, padded = tokens + real, padded + pad
             for i, (c, r) in enumerate(zip(cho, rej)):
                 chosen[i][k], rejected[i][k] = c, r
-        results += [{**x, "domain": domain, "score_chosen": c, "score_rejected": r}
-                    for x, c, r in zip(items, chosen, rejected)]
+        for x, c, r in zip(items, chosen, rejected):
+            if flatten and all(isinstance(e, list) and len(e) == 1 for e in c):
+                c = [e[0] for e in c]
+            if flatten and all(isinstance(e, list) and len(e) == 1 for e in r):
+                r = [e[0] for e in r]
+            results.append({**x, "domain": domain, "score_chosen": c, "score_rejected": r})
     return results, tokens, padded
 
 
-def run_rm(args, tokenizer, conv, files, dtype):
-    from rewardbench.utils import check_tokenizer_chat_template
-    from transformers import AutoModelForSequenceClassification, pipeline
+LLAMA3_SPELLINGS_RM = ("llama-3", "Llama3", "Llama-3", "LLaMA3", "llama3")  # run_rm.py: no 8-bit for these
 
-    tokenizer.truncation_side = "left"
-    model = AutoModelForSequenceClassification.from_pretrained(args.model, torch_dtype=dtype)
-    pipe = pipeline("text-classification", model=model, tokenizer=tokenizer, device=args.device)
+
+def redirect_cuda(device: str) -> None:
+    """Without CUDA, the pipelines' hard-coded .to("cuda") / .cuda() go to `device` instead."""
+    import torch
+    from transformers.tokenization_utils_base import BatchEncoding
+
+    if device.startswith("cuda"):
+        return
+    to = BatchEncoding.to
+    BatchEncoding.to = lambda self, dev, *a, **k: to(self, device if str(dev).startswith("cuda") else dev, *a, **k)
+    tensor_to = torch.Tensor.to
+
+    def _tensor_to(self, *a, **k):
+        a = tuple(device if isinstance(x, str) and x.startswith("cuda") else x for x in a)
+        if isinstance(k.get("device"), str) and k["device"].startswith("cuda"):
+            k["device"] = device
+        return tensor_to(self, *a, **k)
+
+    torch.Tensor.to = _tensor_to
+    torch.Tensor.cuda = lambda self, *a, **k: self
+    torch.nn.Module.cuda = lambda self, *a, **k: self
+
+
+def run_rm(args, tokenizer, conv, files, dtype):
+    """run_rm.py's custom-pipeline branch (the one every REWARD_MODEL_CONFIG entry takes)."""
+    import torch
+    from accelerate import Accelerator
+    from rewardbench import REWARD_MODEL_CONFIG, check_tokenizer_chat_template
+    from torch.utils.data.dataloader import default_collate
+    from transformers import pipeline
+
+    name = args.model.replace("RewardModels/", "")
+    config = REWARD_MODEL_CONFIG.get(name, REWARD_MODEL_CONFIG["default"])
+    if config["model_type"] == "Custom Classifier":
+        raise NotImplementedError("For the Custom Classifier model like NVIDIA SteerLM, plz refer to the NVIDIA "
+                                  "original code")
+    quantized = config["quantized"] and args.quantized and not any(s in args.model for s in LLAMA3_SPELLINGS_RM)
+    torch_dtype = config.get("torch_dtype", None)
+    if torch_dtype is None:
+        if dtype == torch.bfloat16:
+            quantized = False
+        torch_dtype = dtype
+    if not config["custom_dialogue"]:
+        tokenizer.truncation_side = "left"
+    kwargs = {"batch_size": 8, "truncation": True, "padding": True, "max_length": 2048, "function_to_apply": "none",
+              "return_token_type_ids": False}
+    if quantized:
+        model_kwargs = {"load_in_8bit": True, "device_map": {"": 0}, "torch_dtype": torch_dtype}
+    else:
+        model_kwargs = {"device_map": "auto" if args.device.startswith("cuda") else args.device,
+                        "torch_dtype": torch_dtype}
+    redirect_cuda(args.device)
+    model = config["model_builder"](args.model, **model_kwargs, trust_remote_code=args.trust_remote_code)
+    pipe = config["pipeline_builder"]("text-classification", model=model, tokenizer=tokenizer)
     if pipe.tokenizer.pad_token_id is None:
         pipe.model.config.pad_token_id = pipe.tokenizer.eos_token_id
         pipe.tokenizer.pad_token_id = pipe.tokenizer.eos_token_id
@@ -86,21 +151,30 @@ def run_rm(args, tokenizer, conv, files, dtype):
         pipe.model.config.pad_token_id = pipe.tokenizer.pad_token_id
     if not check_tokenizer_chat_template(tokenizer):
         pipe.tokenizer.add_eos_token = True
-    kwargs = {"batch_size": 8, "truncation": True, "padding": True, "max_length": 2048,
-              "function_to_apply": "none", "return_token_type_ids": False}
+    if config["pipeline_builder"] == pipeline:  # no entry of rewardbench 0.1.4 takes this branch
+        raise NotImplementedError("the transformers text-classification branch of run_rm.py is not reproduced")
+    accelerator = Accelerator(cpu=not args.device.startswith("cuda"))
+
+    def collate(batch):
+        return batch if isinstance(batch[0]["text_chosen"][0], dict) else default_collate(batch)
 
     def score_style(ds):
-        texts_rej, texts_cho = list(ds["text_rejected"]), list(ds["text_chosen"])  # newer datasets: a Column
-        rej = [r["score"] for r in pipe(texts_rej, **kwargs)]
-        cho = [r["score"] for r in pipe(texts_cho, **kwargs)]
-        real = pad = 0
-        for texts in (texts_rej, texts_cho):  # the pipeline pads each batch of 8 to its longest
-            lens = [len(tokenizer(t, truncation=True, max_length=2048)["input_ids"]) for t in texts]
-            real += sum(lens)
-            pad += sum(len(lens[b:b + 8]) * max(lens[b:b + 8]) for b in range(0, len(lens), 8))
+        ds = ds.select_columns(["text_chosen", "text_rejected"])
+        loader = torch.utils.data.DataLoader(ds, batch_size=8, collate_fn=collate, shuffle=False, drop_last=False)
+        loader, pipe.model = accelerator.prepare(loader, pipe.model)
+        cho, rej, real, pad = [], [], 0, 0
+        for batch in loader:
+            for side, out in (("text_chosen", cho), ("text_rejected", rej)):
+                rewards = pipe(batch[side], **kwargs)
+                if isinstance(rewards[0], dict):
+                    out += [r["score"] for r in rewards]
+                else:
+                    out += rewards.float().cpu().numpy().tolist()
+                lens = [len(x) for x in tokenizer(batch[side], truncation=True, max_length=2048)["input_ids"]]
+                real, pad = real + sum(lens), pad + len(lens) * max(lens)
         return cho, rej, real, pad
 
-    return score_files(files, tokenizer, conv, score_style)
+    return score_files(files, tokenizer, conv, score_style, flatten=True)
 
 
 def run_dpo(args, tokenizer, conv, files, dtype):
@@ -152,7 +226,10 @@ def main():
     ap.add_argument("--data", required=True)
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    ap.add_argument("--chat-template", default="tulu")
+    ap.add_argument("--chat-template", default="tulu", help="fastchat template for tokenizers without one")
+    ap.add_argument("--tokenizer", default=None, help="tokenizer path (run_rm.py's --tokenizer)")
+    ap.add_argument("--trust-remote-code", action="store_true")
+    ap.add_argument("--quantized", action="store_true", help="8-bit where REWARD_MODEL_CONFIG says (CUDA, bitsandbytes)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--output", required=True)
@@ -167,7 +244,7 @@ def main():
         torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     dtype = getattr(torch, args.dtype)
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.model, trust_remote_code=args.trust_remote_code)
     conv = get_conv_template(args.chat_template)
     files = load_items(args.data, args.limit)
     with torch.no_grad():

@@ -12,7 +12,7 @@ from ..models import detect_mode
 from ..options import DEFAULT_REF_FREE
 from .base import Scorer
 from .dpo import DPOScorer
-from .rm import RewardModelScorer, pick_label
+from .rm import RewardModelScorer, official_pad_ids, pick_label
 
 __all__ = ["Scorer", "DPOScorer", "RewardModelScorer", "make_scorer", "resolve_logprob_impl"]
 
@@ -37,10 +37,13 @@ def make_scorer(o, config, tokenizer, device, tokenizer_path: str) -> Scorer:
             raise UsageError("--ref-model is for DPO models; the model is a sequence classifier (rm mode)")
         if o.ref_free is not None:
             raise UsageError("--ref-free is for DPO models; the model is a sequence classifier (rm mode)")
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        return RewardModelScorer(pad, pick_label(config.num_labels, o.label_index, o.compat == "official"))
-    impl = resolve_logprob_impl(o.logprob_impl, device)
+        tok_pad, cfg_pad = official_pad_ids(tokenizer, config)
+        label = pick_label(config.num_labels, o.label_index, o.compat == "official")
+        bos = tokenizer.bos_token_id if tokenizer.bos_token is not None else None
+        return RewardModelScorer(cfg_pad, label, config.num_labels, bos, tok_pad)
+    resolved = resolve_logprob_impl(o.logprob_impl, device)
     if tokenizer.eos_token_id is None:
         raise UsageError(f"tokenizer {tokenizer_path}: has no EOS token, which DPO scoring appends to every response")
     # the official DPO flow pads with EOS
-    return DPOScorer(tokenizer.eos_token_id, impl, None if o.ref_model else (o.ref_free or DEFAULT_REF_FREE))
+    return DPOScorer(tokenizer.eos_token_id, o.logprob_impl, None if o.ref_model else (o.ref_free or DEFAULT_REF_FREE),
+                     resolved)

@@ -17,7 +17,7 @@ from ..tokenize import Encoded
 
 class Scorer:
     family = "base"  # recorded in run.json: rm, dpo, dpo-ref-free, or an adapter's name
-    outputs: tuple[str, ...] = ()  # per-sequence float64 arrays that one model pass yields
+    outputs: dict[str, tuple] = {}  # float64 arrays a model pass yields: name -> one sequence's shape
 
     def __init__(self, pad_id: int):
         self.pad_id = pad_id
@@ -55,6 +55,10 @@ class Scorer:
     def readout_limit(self, e: Encoded) -> int:
         """The longest prefix of `e` a shared prompt cache may cover: no read-out position in it."""
         raise NotImplementedError
+
+    def notes(self, seqs) -> dict:
+        """What run.json records about this run's sequences as this scorer sees them."""
+        return {}
 
     def describe(self) -> dict:
         """What run.json records about how this run scored."""

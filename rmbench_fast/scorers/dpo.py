@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from ..batching import Batch, batch_inputs
+from ..errors import one_line
 from ..kernels import logits_logprobs
 from ..layout import responses
 from ..logprobs import LMHead, segment_stats, token_logprobs
@@ -25,18 +26,20 @@ log = logging.getLogger("rmbench_fast")
 
 
 def lm_head_of(model) -> LMHead | None:
-    """The model's LM head as an LMHead, or None when it is not one the seam can express (then
-    the plain path runs the whole model for logits)."""
+    """The model's LM head as an LMHead (weight, bias, and the logit transforms transformers models
+    apply after it: Cohere's logit_scale, Granite's logits_scaling divisor, Gemma's final
+    soft-capping), or None when it is not one the seam can express (then the model's own logits
+    are used). Transforms it does not know are caught by check_head."""
     head = model.get_output_embeddings()
-    if not isinstance(head, torch.nn.Linear):
+    if type(head) is not torch.nn.Linear:  # a subclass may do more in forward (Dory: a learned per-token scale)
+        return None
+    if getattr(model, "base_model", None) is None or model.base_model is model:
         return None
     cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     scale = getattr(cfg, "logit_scale", None)
+    divisor = getattr(cfg, "logits_scaling", None)
     softcap = getattr(cfg, "final_logit_softcapping", None)
-    if getattr(model, "base_model", None) is None or model.base_model is model:
-        return None
-    return LMHead(head.weight, head.bias, float(scale) if scale is not None else None,
-                  float(softcap) if softcap is not None else None)
+    return LMHead(head.weight, head.bias, *(None if x is None else float(x) for x in (scale, softcap, divisor)))
 
 
 def _label_positions(seqs, batch: Batch, device, offsets=None):
@@ -56,9 +59,9 @@ def _label_positions(seqs, batch: Batch, device, offsets=None):
 
 
 @torch.inference_mode()
-def batch_logprob_stats(model, seqs, batch: Batch, pad_id: int, device, impl: str, head: LMHead | None,
-                        prefix=None) -> dict[str, np.ndarray]:
-    """Per sequence of `batch`: sum, count and sum of squares of its scored tokens' log-probs.
+def batch_token_logprobs(model, seqs, batch: Batch, pad_id: int, device, impl: str, head: LMHead | None,
+                         prefix=None):
+    """(rows, log-probs) of every scored token of `batch`, fp32.
 
     impl: "triton" / "torch" pick the fused op's implementation (rmbench_fast.kernels) applied to
     `head`; with head None (impl "plain", or heads the fused op cannot express) the whole model
@@ -71,22 +74,46 @@ def batch_logprob_stats(model, seqs, batch: Batch, pad_id: int, device, impl: st
     targets = ids[rows, pos + 1]
     if head is not None:
         hidden = model.base_model(**inputs)[0]
-        logps = token_logprobs(hidden[rows, pos], head, targets, impl)
-    else:
-        logits = model(**inputs).logits
-        logps = logits_logprobs(logits[rows, pos], targets, "torch" if impl == "plain" else impl)
+        return rows, token_logprobs(hidden[rows, pos], head, targets, impl)
+    logits = model(**inputs).logits
+    return rows, logits_logprobs(logits[rows, pos], targets, "torch" if impl == "plain" else impl)
+
+
+def batch_logprob_stats(model, seqs, batch: Batch, pad_id: int, device, impl: str, head: LMHead | None,
+                        prefix=None) -> dict[str, np.ndarray]:
+    """Per sequence of `batch`: sum, count and sum of squares of its scored tokens' log-probs."""
+    rows, logps = batch_token_logprobs(model, seqs, batch, pad_id, device, impl, head, prefix)
     s, c, q = segment_stats(logps, rows, len(batch.indices))
     return {"total": s.cpu().numpy(), "count": c.cpu().numpy(), "sumsq": q.cpu().numpy()}
+
+
+def check_head(model, head: LMHead, seqs, i: int, pad_id: int, device, impl: str) -> str | None:
+    """Sequence i's token log-probs through `head` against the model's own logits: None when they
+    agree, else why not (a logit transform the seam does not know)."""
+    one = Batch(np.array([i]), len(seqs[i].ids))
+    plain = batch_token_logprobs(model, seqs, one, pad_id, device, "plain", None)[1].float()
+    try:
+        fused = batch_token_logprobs(model, seqs, one, pad_id, device, impl, head)[1].float()
+    except RuntimeError as e:  # e.g. a head that reads another hidden size than the base model's output
+        return f"the fused head does not fit {type(model).__name__} ({one_line(e, 120)})"
+    if not len(plain):
+        return None
+    err = float((fused - plain).abs().max())
+    tol = (1e-4 if head.weight.dtype == torch.float32 else 3e-2) * max(1.0, float(plain.abs().max()))
+    if err <= tol:
+        return None
+    return f"the fused head's log-probs differ from {type(model).__name__}'s own logits by {err:.2e}"
 
 
 class DPOScorer(Scorer):
     """Log-prob sums of the policy (and of the reference, when there is one)."""
 
-    outputs = ("total", "count", "sumsq")
+    outputs = {"total": (), "count": (), "sumsq": ()}
 
-    def __init__(self, pad_id: int, impl: str, ref_free: str | None):
+    def __init__(self, pad_id: int, impl: str, ref_free: str | None, resolved: str | None = None):
         super().__init__(pad_id)
-        self.impl = impl  # resolved: triton, torch or plain
+        self.impl = impl  # as asked: auto (per shape, the faster of triton and torch on CUDA), triton, torch, plain
+        self.resolved = resolved or impl  # what it runs as on this device: triton, torch or plain
         self.ref_free = ref_free  # None: with a reference model
         self.family = "dpo" if ref_free is None else "dpo-ref-free"
 
@@ -99,7 +126,7 @@ class DPOScorer(Scorer):
         return [e for per_prompt in encode_dpo(tokenizer, prompts, fulls, compat) for e in per_prompt]
 
     def pass_key(self):
-        return ("dpo-logprobs", self.impl)  # the same arrays with and without a reference
+        return ("dpo-logprobs", self.impl, self.resolved)  # the same arrays with and without a reference
 
     def load(self, path, dtype, device, trust_remote_code, allow_pickle_weights=False):
         return load_model(path, "dpo", dtype, device, trust_remote_code, allow_pickle_weights)
@@ -109,13 +136,26 @@ class DPOScorer(Scorer):
 
     def batch_fn(self, model, device):
         head = lm_head_of(model) if self.impl != "plain" else None
+        state = {"checked": head is None}
         if head is None and self.impl != "plain":
             log.warning("the LM head of %s is not a plain linear layer the fused log-prob op can express: "
                         "using the model's own logits", type(model).__name__)
+            run_info = {"logprob_head": "model logits (the head is not a plain linear layer)"}
+        else:
+            run_info = {"logprob_head": "model logits" if head is None else "fused"}
 
         def run(seqs, batch, prefix=None):
+            nonlocal head
+            if not state["checked"]:  # once per pass: the fused head against the model's own logits
+                state["checked"] = True
+                shortest = min(batch.indices, key=lambda i: len(seqs[i].ids))
+                why = check_head(model, head, seqs, int(shortest), self.pad_id, device, self.impl)
+                if why is not None:
+                    log.warning("%s: using the model's own logits", why)
+                    head, run_info["logprob_head"] = None, f"model logits: {why}"
             return batch_logprob_stats(model, seqs, batch, self.pad_id, device, self.impl, head, prefix)
 
+        run.info = run_info
         return run
 
     def rewards(self, passes):
@@ -125,7 +165,7 @@ class DPOScorer(Scorer):
         return max(0, e.start - 1)
 
     def describe(self):
-        return {"scorer": self.family, "mode": "dpo", "ref_free": self.ref_free, "logprob_impl": self.impl}
+        return {"scorer": self.family, "mode": "dpo", "ref_free": self.ref_free, "logprob_impl": self.resolved}
 
 
 def dpo_rewards(policy: dict, ref: dict | None = None, ref_free: str | None = None) -> np.ndarray:

@@ -1,7 +1,12 @@
-"""Sequence-classifier reward models: the head's logit at the pooled position.
+"""Sequence-classifier reward models: the head's logits at the pooled position, as the official
+flow (rewardbench's RewardBenchPipeline in run_rm.py) computes them.
 
-The model pools at the rightmost token that is not the pad id (transformers' rule, also in 4.51),
-so padding amount never changes a score: batches may be cut however the batcher likes.
+Pad ids follow run_rm.py: a tokenizer without a pad token pads with EOS and the model's config pad
+id becomes EOS too; a config without a pad id takes the tokenizer's. The model pools at its own rule
+(transformers: the rightmost token that is not the config's pad id). Rows are padded with the
+config's pad id, so padding never moves the pooled position and a score does not depend on its
+batch. When the tokenizer adds a BOS to a text that already starts with one (templates beginning
+with `{{ bos_token }}`), the official pipeline gives the first BOS attention 0: so do we.
 """
 
 from __future__ import annotations
@@ -18,8 +23,8 @@ from .base import Scorer
 
 
 def pick_label(num_labels: int, label_index: int | None, compat: bool) -> int | None:
-    """The logit column to score: the only one, `label_index`, or None for the official pipeline's
-    top-label score (the max logit) in compat mode."""
+    """The logit column to score: the only one, `label_index`, or None for the official flow's
+    whole logits vector (compat mode; accuracy then compares the vectors as Python lists do)."""
     if label_index is not None:
         if not 0 <= label_index < num_labels:
             raise UsageError(f"--label-index {label_index}: the model's head has {num_labels} labels")
@@ -29,16 +34,30 @@ def pick_label(num_labels: int, label_index: int | None, compat: bool) -> int | 
     if compat:
         return None
     raise UsageError(f"the reward model's head has {num_labels} labels: choose one with --label-index K "
-                     "(or --compat official for the official pipeline's top-label score)")
+                     "(or --compat official for the official flow's whole logits vector, compared as a list)")
+
+
+def official_pad_ids(tokenizer, config) -> tuple[int | None, int | None]:
+    """(tokenizer pad id, config pad id) after run_rm.py's setup."""
+    tok_pad, cfg_pad = tokenizer.pad_token_id, getattr(config, "pad_token_id", None)
+    if tok_pad is None:
+        tok_pad = cfg_pad = tokenizer.eos_token_id
+    if cfg_pad is None:
+        cfg_pad = tok_pad
+    return tok_pad, cfg_pad
 
 
 class RewardModelScorer(Scorer):
     family = "rm"
-    outputs = ("scores",)
 
-    def __init__(self, pad_id: int, label: int | None):
-        super().__init__(pad_id)
-        self.label = label
+    def __init__(self, pad_id: int, label: int | None, num_labels: int = 1, bos_id: int | None = None,
+                 tokenizer_pad_id: int | None = None):
+        super().__init__(pad_id)  # the config's pad id: what rows are padded with and pooling skips
+        self.label = label  # None: the whole logits vector
+        self.num_labels = num_labels
+        self.bos_id = bos_id  # None: the tokenizer has no BOS token (no doubled-BOS masking)
+        self.tokenizer_pad_id = pad_id if tokenizer_pad_id is None else tokenizer_pad_id
+        self.outputs = {"scores": () if label is not None else (num_labels,)}
 
     def encode(self, samples, tokenizer, fmt, compat, tokenizer_path=None):
         texts = [fmt.text(s.prompt, r) for s in samples for r in responses(s)]
@@ -46,22 +65,25 @@ class RewardModelScorer(Scorer):
         return encode_rm(tokenizer, texts, append_eos, OFFICIAL_MAX_LENGTH if compat else None)
 
     def pass_key(self):
-        return ("rm", self.label)
+        return ("rm", self.label, self.num_labels, self.pad_id, self.bos_id)
 
     def load(self, path, dtype, device, trust_remote_code, allow_pickle_weights=False):
         model = load_model(path, "rm", dtype, device, trust_remote_code, allow_pickle_weights)
-        if model.config.pad_token_id is None:  # as the official script: pool at the last non-pad token
-            model.config.pad_token_id = self.pad_id
+        model.config.pad_token_id = self.pad_id  # run_rm.py's setup (see official_pad_ids)
         return model
+
+    def double_bos(self, ids) -> bool:
+        return self.bos_id is not None and len(ids) > 1 and ids[0] == ids[1] == self.bos_id
 
     def batch_fn(self, model, device):
         causal = is_causal_decoder(model.config)
 
         @torch.inference_mode()
         def run(seqs, batch, prefix=None):
-            inputs, _ = batch_inputs(seqs, batch, self.pad_id, device, causal, prefix)
+            first = np.array([self.double_bos(seqs[i].ids) for i in batch.indices])
+            inputs, _ = batch_inputs(seqs, batch, self.pad_id, device, causal, prefix, mask_first=first)
             logits = model(**inputs).logits.float()
-            picked = logits.max(dim=-1).values if self.label is None else logits[:, self.label]
+            picked = logits if self.label is None else logits[:, self.label]
             return {"scores": picked.double().cpu().numpy()}
 
         return run
@@ -70,7 +92,16 @@ class RewardModelScorer(Scorer):
         return passes["model"]["scores"]
 
     def readout_limit(self, e):
+        if self.double_bos(e.ids):  # its first token is masked: no prefix of it is shared
+            return 0
         return max((t for t in range(len(e.ids) - 1, -1, -1) if e.ids[t] != self.pad_id), default=0)
+
+    def notes(self, seqs):
+        out = {"pad_ids": {"tokenizer": self.tokenizer_pad_id, "config": self.pad_id},
+               "double_bos_sequences": int(sum(self.double_bos(e.ids) for e in seqs))}
+        if self.label is None:
+            out["scores"] = f"whole logits vector of {self.num_labels} labels, compared as lists (official)"
+        return out
 
     def describe(self):
         return {"scorer": self.family, "mode": "rm", "ref_free": None, "logprob_impl": None}

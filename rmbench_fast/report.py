@@ -47,7 +47,9 @@ def run_info(prep, o, passes: dict, store, t_start: float) -> dict:
         "versions": versions(),
         "machine": {"platform": platform.platform(), "python": platform.python_version(),
                     "cpu_threads": torch.get_num_threads(),
-                    "gpu": torch.cuda.get_device_name(prep.device) if prep.device.type == "cuda" else None},
+                    "gpu": torch.cuda.get_device_name(prep.device) if prep.device.type == "cuda" else None,
+                    "peak_gpu_gib": (torch.cuda.max_memory_allocated(prep.device) / 2**30
+                                     if prep.device.type == "cuda" else None)},
         "n_prompts": len(prep.samples),
         "n_sequences": len(seqs),
         **counts,

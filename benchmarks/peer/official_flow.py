@@ -144,6 +144,7 @@ def run_rm(args, tokenizer, conv, files, dtype):
     redirect_cuda(args.device)
     model = config["model_builder"](args.model, **model_kwargs, trust_remote_code=args.trust_remote_code)
     pipe = config["pipeline_builder"]("text-classification", model=model, tokenizer=tokenizer)
+    args.t_loaded = time.perf_counter()  # timing only: what follows is the scoring
     if pipe.tokenizer.pad_token_id is None:
         pipe.model.config.pad_token_id = pipe.tokenizer.eos_token_id
         pipe.tokenizer.pad_token_id = pipe.tokenizer.eos_token_id
@@ -193,6 +194,7 @@ def run_dpo(args, tokenizer, conv, files, dtype):
     model.to(args.device)
     if ref is not None:
         ref.to(args.device)
+    args.t_loaded = time.perf_counter()  # timing only: what follows is the scoring
     dpo = DPOInference(model, ref, tokenizer=tokenizer, accelerator=Accelerator(cpu=args.device == "cpu"),
                        ref_free_norm=args.ref_free)
     collate = DPODataCollatorWithPadding(pad_token_id=tokenizer.pad_token_id, label_pad_token_id=-100,
@@ -250,9 +252,12 @@ def main():
     with torch.no_grad():
         run = run_rm if args.mode == "rm" else run_dpo
         results, tokens, padded = run(args, tokenizer, conv, files, dtype)
-    wall = time.perf_counter() - t0
+    if args.device.startswith("cuda"):
+        torch.cuda.synchronize()
+    t_end = time.perf_counter()
     Path(args.output).write_text(json.dumps(results, indent=1, ensure_ascii=False))
-    info = {"wall_s": wall, "real_tokens": tokens, "padded_tokens": padded, "n_prompts": len(results)}
+    info = {"wall_s": time.perf_counter() - t0, "score_s": t_end - args.t_loaded, "real_tokens": tokens,
+            "padded_tokens": padded, "n_prompts": len(results)}
     if args.device.startswith("cuda"):
         info["peak_gpu_gib"] = torch.cuda.max_memory_allocated() / 2**30
     if args.timing:

@@ -235,6 +235,30 @@ def bench(args):
 main.add_command(cache)
 
 
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the adapters as JSON.")
+def adapters(as_json):
+    """The reward-model adapters: families of reward models that are not a plain sequence classifier
+    with one logit, each scored as the official flow scores it. `score` picks one from the model's
+    name (the official REWARD_MODEL_CONFIG names), else its architecture or auto_map; --adapter NAME
+    picks one by hand."""
+    from .adapters import ADAPTERS
+
+    rows = [{"name": a.name, "summary": a.summary, "official_names": list(a.official_names),
+             "architectures": list(a.architectures), "auto_map": list(a.auto_map), "notes": list(a.notes)}
+            for a in ADAPTERS]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        click.echo(f"{r['name']}: {r['summary']}")
+        for key in ("official_names", "architectures", "auto_map"):
+            if r[key]:
+                click.echo(f"  {key.replace('_', ' ')}: {', '.join(r[key])}")
+        for n in r["notes"]:
+            click.echo(f"  note: {n}")
+
+
 def entry():
     """The console command: the CLI, then, once everything is written and flushed, an exit that
     skips the interpreter's teardown, which spends about a second freeing torch and transformers

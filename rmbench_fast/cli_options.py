@@ -36,6 +36,9 @@ def _opts():
                      help="Reproduce the official pipeline's truncation (RM: left, 2048 tokens; DPO: prompt "
                           "to its last 128 tokens, responses to 1920) and its top-label RM score."),
         click.option("--label-index", type=int, default=None, help="Logit column of a multi-label reward head."),
+        click.option("--adapter", default=None, help="Score with this reward-model adapter (`rmbench-fast adapters` "
+                     "lists them) [default: chosen from the model's name as the official scripts do, else its "
+                     "architecture or auto_map; plain sequence classifiers need none]."),
         click.option("--logprob-impl", type=click.Choice(LOGPROB_IMPLS), default=default("logprob_impl"),
                      show_default=True, help="DPO log-prob path: the fused Triton kernel (GPU), its chunked "
                      "torch twin (CPU), or plain (the model's full logits). auto: triton on CUDA, torch otherwise."),

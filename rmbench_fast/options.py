@@ -41,6 +41,7 @@ class ScoreOptions:
     limit: int | None = None
     domains: tuple = ()
     label_index: int | None = None
+    adapter: str | None = None  # a reward-model adapter by name (rmbench_fast.adapters); default: chosen from the model
     logprob_impl: str = "auto"  # LOGPROB_IMPLS (DPO log-prob path)
     share_prefix: bool = False  # compute each prompt's shared prefix once (causal decoders)
     prefix_cache_mb: int | None = None  # memory for prefix caches at a time (default: 1 GiB CPU, 1/10 GPU)
@@ -63,4 +64,4 @@ def default(name: str):
 # The options that decide what a run's numbers are: a folder holding results of other values is
 # another run's.
 SCORED_OPTIONS = ("model", "ref_model", "mode", "ref_free", "data", "tokenizer", "chat_template", "dtype", "compat",
-                  "label_index", "limit", "domains")
+                  "label_index", "adapter", "limit", "domains")

@@ -30,6 +30,16 @@ def resolve_logprob_impl(impl: str, device) -> str:
 
 
 def make_scorer(o, config, tokenizer, device, tokenizer_path: str) -> Scorer:
+    from ..adapters import select
+
+    adapter = select(o.model, config, o.adapter) if o.mode in ("auto", "rm") else None
+    if adapter is not None:
+        if o.ref_model is not None or o.ref_free is not None:
+            raise UsageError(f"--ref-model / --ref-free are for DPO models; {o.model} is a reward model "
+                             f"(adapter {adapter.name})")
+        return adapter.make_scorer(o, config, tokenizer, device, tokenizer_path)
+    if o.adapter:
+        raise UsageError(f"--adapter {o.adapter} scores reward models, not --mode {o.mode}")
     mode = detect_mode(config) if o.mode == "auto" else o.mode
     check_kind(o.model, config, mode, "model")
     if mode == "rm":

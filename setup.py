@@ -30,7 +30,7 @@ setup(
         "triton>=3.0; platform_system == 'Linux'",
     ],
     extras_require={
-        "test": ["pytest>=7", "hypothesis>=6"],
+        "test": ["pytest>=7", "hypothesis>=6", "fschat>=0.2.36"],
         "ray": ["ray>=2.9"],
         "quant": ["bitsandbytes>=0.43"],  # --compat official on CUDA: 8-bit where the official scripts use it
         "fastchat": ["fschat>=0.2.36"],  # every FastChat conversation template name for --chat-template

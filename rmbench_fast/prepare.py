@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 
@@ -14,13 +15,16 @@ from .checks import check_options, check_reference, context_check
 from .data import Sample, load_dataset
 from .fingerprints import data_fingerprint, tokenizer_fingerprint
 from .keys import tokenized_key
-from .models import is_causal_decoder, load_config, load_tokenizer, resolve_device, resolve_dtype
+from .models import is_causal_decoder, load_config, load_tokenizer, resolve_device
+from .precision import Precision, choose as choose_precision
 from .options import DEFAULT_MAX_TOKENS, ScoreOptions
 from .prefix import PrefixPlan, default_budget_bytes, kv_bytes_per_token, plan_batches, plan_prefixes
 from .scorers import Scorer, make_scorer
 from .store import Store
 from .templates import ChatFormat
 from .tokenize import Encoded, official_tokenizer_class, pack, unpack
+
+log = logging.getLogger("rmbench_fast")
 
 
 @dataclass
@@ -38,6 +42,7 @@ class Prepared:
     batch_lengths: np.ndarray  # what the batches were cut from: lengths, less shared prefixes
     device: torch.device
     dtype: torch.dtype
+    precision: Precision
     tok_key: str | None
     tokenize_s: float
     tokenize_cached: bool
@@ -47,20 +52,23 @@ def prepare(o: ScoreOptions, store: Store) -> Prepared:
     check_options(o)
     compat = o.compat == "official"
     device = resolve_device(o.device)
-    dtype = resolve_dtype(o.dtype, device)
     samples = load_dataset(o.data, domains=o.domains, limit=o.limit)
     config = load_config(o.model, o.trust_remote_code)
     tok_path = o.tokenizer or o.model
     tokenizer = load_tokenizer(tok_path, o.trust_remote_code)
     scorer = make_scorer(o, config, tokenizer, device, tok_path)
+    precision = choose_precision(o, device, scorer.mode, scorer.official_quantized, scorer.official_dtype)
+    dtype, scorer.int8 = precision.dtype, precision.int8
     if o.ref_model:
         check_reference(o, config, tokenizer)
     fmt = ChatFormat(tokenizer, o.chat_template)
+    if fmt.departure:
+        log.warning("%s (run.json records it)", fmt.departure)
 
     t0 = time.perf_counter()
     tok_fp = tokenizer_fingerprint(tok_path, store.hashes)
     tok_key = None if tok_fp is None else tokenized_key(
-        tok_fp, fmt.name, fmt.jinja, data_fingerprint(samples), type(scorer).__name__, compat,
+        tok_fp, fmt.name, fmt.jinja, fmt.text("{prompt}", "{response}"), data_fingerprint(samples), type(scorer).__name__, compat,
         official_tokenizer_class(tokenizer, tok_path), fmt.tokenizer_has_template)
     cached = store.get(tok_key) if tok_key else None
     if cached is not None:
@@ -86,4 +94,4 @@ def prepare(o: ScoreOptions, store: Store) -> Prepared:
         batch_lengths = lengths
         batches = make_batches(lengths, max_tokens, o.max_batch_size)
     return Prepared(samples, scorer, config, tokenizer, fmt, seqs, lengths, batches, max_tokens, plan, batch_lengths,
-                    device, dtype, tok_key, tokenize_s, cached is not None)
+                    device, dtype, precision, tok_key, tokenize_s, cached is not None)

@@ -17,6 +17,10 @@ from ..tokenize import Encoded
 
 class Scorer:
     family = "base"  # recorded in run.json: rm, dpo, dpo-ref-free, or an adapter's name
+    mode = "rm"  # rm (reward model) or dpo: which official script's rules apply (precision.choose)
+    official_quantized = True  # the REWARD_MODEL_CONFIG entry's `quantized` (--compat official on CUDA)
+    official_dtype = None  # the entry's pinned torch_dtype, if any
+    int8 = False  # load 8-bit (set from precision.choose)
     outputs: dict[str, tuple] = {}  # float64 arrays a model pass yields: name -> one sequence's shape
 
     def __init__(self, pad_id: int):

@@ -109,6 +109,7 @@ class DPOScorer(Scorer):
     """Log-prob sums of the policy (and of the reference, when there is one)."""
 
     outputs = {"total": (), "count": (), "sumsq": ()}
+    mode = "dpo"
 
     def __init__(self, pad_id: int, impl: str, ref_free: str | None, resolved: str | None = None):
         super().__init__(pad_id)
@@ -126,10 +127,10 @@ class DPOScorer(Scorer):
         return [e for per_prompt in encode_dpo(tokenizer, prompts, fulls, compat) for e in per_prompt]
 
     def pass_key(self):
-        return ("dpo-logprobs", self.impl, self.resolved)  # the same arrays with and without a reference
+        return ("dpo-logprobs", self.impl, self.resolved, self.int8)  # the same arrays with and without a reference
 
     def load(self, path, dtype, device, trust_remote_code, allow_pickle_weights=False):
-        return load_model(path, "dpo", dtype, device, trust_remote_code, allow_pickle_weights)
+        return load_model(path, "dpo", dtype, device, trust_remote_code, allow_pickle_weights, self.int8)
 
     def vocab_limit(self, model):
         return min(model.get_input_embeddings().num_embeddings, model.get_output_embeddings().weight.shape[0])

@@ -65,10 +65,10 @@ class RewardModelScorer(Scorer):
         return encode_rm(tokenizer, texts, append_eos, OFFICIAL_MAX_LENGTH if compat else None)
 
     def pass_key(self):
-        return ("rm", self.label, self.num_labels, self.pad_id, self.bos_id)
+        return ("rm", self.label, self.num_labels, self.pad_id, self.bos_id, self.int8)
 
     def load(self, path, dtype, device, trust_remote_code, allow_pickle_weights=False):
-        model = load_model(path, "rm", dtype, device, trust_remote_code, allow_pickle_weights)
+        model = load_model(path, "rm", dtype, device, trust_remote_code, allow_pickle_weights, self.int8)
         model.config.pad_token_id = self.pad_id  # run_rm.py's setup (see official_pad_ids)
         return model
 

@@ -103,6 +103,8 @@ class ChatFormat:
             self.jinja, self.name = named[choice], f"tokenizer:{choice}"
         elif Path(choice).is_file():
             self.jinja, self.name = Path(choice).read_text(encoding="utf-8"), f"file:{Path(choice).name}"
+        elif "/" in choice or choice.endswith((".jinja", ".jinja2", ".j2")):
+            raise UsageError(f"--chat-template {choice}: no such Jinja file")
         else:
             self.template = BUILTIN.get(choice) or FastChatTemplate(choice)
             self.name = choice

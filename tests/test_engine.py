@@ -146,3 +146,22 @@ def test_dpo_fused_op_equals_plain_path(models, impl, tmp_path):
     n_tok = np.array([len(e.ids) - e.start for e in seqs]).reshape(-1, 3, 2)
     assert np.all(np.abs(fused.chosen - plain.chosen) <= 1e-5 * n_tok[:, :, 0])
     assert np.all(np.abs(fused.rejected - plain.rejected) <= 1e-5 * n_tok[:, :, 1])
+
+
+def test_pad_ids_that_disagree_score_each_sequence_alone(tmp_path, data_path):
+    """A tokenizer pad id other than the config's: the official flow pools at a pad position for
+    every padded row (its score depends on the batch); rmbench-fast pads with the config's pad id,
+    so each row scores as it would alone, at any batch size."""
+    from reference import official_rm
+
+    tok = train_tokenizer([s.prompt for s in load_dataset(data_path, limit=2)], vocab_size=300, pad=True)
+    rm = build_model("rm", llama_config(len(tok), hidden=16, layers=1, heads=2, max_positions=8192,
+                                        pad_token_id=tok.eos_token_id), 5)
+    path = str(save_model(rm, tok, tmp_path / "rm"))
+    runs = [score(ScoreOptions(model=path, data=data_path, limit=2, max_batch_size=b, progress=False, cache=False))
+            for b in (1, 8)]
+    alone = official_rm(path, runs[0].samples, False, batch_size=1)
+    for run in runs:
+        assert run.run["pad_ids"] == {"tokenizer": tok.pad_token_id, "config": tok.eos_token_id}
+        np.testing.assert_allclose(run.chosen, alone[0], atol=1e-4, rtol=0)
+        np.testing.assert_allclose(run.rejected, alone[1], atol=1e-4, rtol=0)

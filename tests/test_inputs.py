@@ -38,7 +38,7 @@ CASES = [
     ("zero limit", lambda w: score_args(w, "--limit", "0"), "--limit"),
     ("unknown domain", lambda w: score_args(w, "--domains", "poetry"), "unknown domain 'poetry'"),
     ("missing chat template file", lambda w: score_args(w, "--chat-template", w["missing_template"]),
-     "neither a built-in template"),
+     "no such Jinja file"),
     ("label index out of range", lambda w: score_args(w, "--label-index", "3", model="rm"), "--label-index 3"),
     ("pickle weights", lambda w: score_args(w, model="pickled"), "--allow-pickle-weights"),
     ("NaN scores", lambda w: score_args(w, model="nan"), "not finite"),

@@ -13,7 +13,7 @@ import logging
 import numpy as np
 import torch
 
-from ..batching import Batch, batch_inputs
+from ..batching import Batch, batch_inputs, forward
 from ..errors import one_line
 from ..kernels import logits_logprobs
 from ..layout import responses
@@ -73,9 +73,9 @@ def batch_token_logprobs(model, seqs, batch: Batch, pad_id: int, device, impl: s
     rows, pos = _label_positions(seqs, batch, device, offsets)
     targets = ids[rows, pos + 1]
     if head is not None:
-        hidden = model.base_model(**inputs)[0]
+        hidden = forward(model.base_model, inputs)[0]
         return rows, token_logprobs(hidden[rows, pos], head, targets, impl)
-    logits = model(**inputs).logits
+    logits = forward(model, inputs).logits
     return rows, logits_logprobs(logits[rows, pos], targets, "torch" if impl == "plain" else impl)
 
 

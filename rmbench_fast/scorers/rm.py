@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..batching import batch_inputs
+from ..batching import batch_inputs, forward
 from ..errors import UsageError
 from ..layout import responses
 from ..models import is_causal_decoder, load_model
@@ -82,7 +82,7 @@ class RewardModelScorer(Scorer):
         def run(seqs, batch, prefix=None):
             first = np.array([self.double_bos(seqs[i].ids) for i in batch.indices])
             inputs, _ = batch_inputs(seqs, batch, self.pad_id, device, causal, prefix, mask_first=first)
-            logits = model(**inputs).logits.float()
+            logits = forward(model, inputs).logits.float()
             picked = logits if self.label is None else logits[:, self.label]
             return {"scores": picked.double().cpu().numpy()}
 

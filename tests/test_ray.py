@@ -54,6 +54,9 @@ def test_score_on_ray_equals_local(cluster, tmp_path):
     np.testing.assert_array_equal(on_ray.chosen, local.chosen)
     np.testing.assert_array_equal(on_ray.rejected, local.rejected)
     assert on_ray.summary == local.summary
+    # the same store keys locally and on Ray: a local run finds the passes the workers stored
+    again = score(options(cluster, tmp_path))
+    assert again.run["passes_computed"] == 0
 
 
 def test_worker_killed_mid_run(cluster, tmp_path):

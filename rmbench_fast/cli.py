@@ -100,12 +100,13 @@ def data():
 def stats(path, domains, limit, as_json):
     """Prompts per domain and subset, and length statistics (characters) of prompts and responses."""
     from .data import STYLES, dataset_stats, load_dataset
+    from .layout import PER_PROMPT
 
     st = dataset_stats(load_dataset(path, domains=domains, limit=limit))
     if as_json:
         click.echo(json.dumps(st, indent=2))
         return
-    click.echo(f"{st['n_prompts']} prompts, {6 * st['n_prompts']} responses")
+    click.echo(f"{st['n_prompts']} prompts, {PER_PROMPT * st['n_prompts']} responses")
     for domain, d in st["domains"].items():
         subsets = ", ".join(f"{k} {v}" for k, v in d["subsets"].items())
         click.echo(f"\n{domain}: {d['n_prompts']} prompts ({subsets})")

@@ -27,7 +27,7 @@ def responses(sample) -> list[str]:
 
 def sequence_name(samples, i: int) -> str:
     """How errors name sequence i of a run: sample, side and style."""
-    return f"sample {samples[i // PER_PROMPT].name}, {'rejected' if i % 2 else 'chosen'} {STYLES[(i % 6) // 2]}"
+    return f"sample {samples[i // PER_PROMPT].name}, {'rejected' if i % 2 else 'chosen'} {STYLES[(i % PER_PROMPT) // 2]}"
 
 
 def split_scores(scores: np.ndarray, n_prompts: int) -> tuple[np.ndarray, np.ndarray]:

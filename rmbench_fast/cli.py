@@ -246,14 +246,15 @@ def adapters(as_json):
     from .adapters import ADAPTERS
 
     rows = [{"name": a.name, "summary": a.summary, "official_names": list(a.official_names),
-             "architectures": list(a.architectures), "auto_map": list(a.auto_map), "notes": list(a.notes)}
+             "architectures": list(a.architectures), "auto_map": list(a.auto_map), "weights": list(a.weights),
+             "files": list(a.files), "notes": list(a.notes)}
             for a in ADAPTERS]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     for r in rows:
         click.echo(f"{r['name']}: {r['summary']}")
-        for key in ("official_names", "architectures", "auto_map"):
+        for key in ("official_names", "architectures", "auto_map", "weights", "files"):
             if r[key]:
                 click.echo(f"  {key.replace('_', ' ')}: {', '.join(r[key])}")
         for n in r["notes"]:

@@ -52,6 +52,9 @@ def load_config(path: str, trust_remote_code: bool):
     except OSError as e:
         raise UsageError(f"model {path}: cannot load its config ({one_line(e, 300)})") from None
     except ValueError as e:
+        if "trust_remote_code" in str(e):
+            raise UsageError(f"model {path}: its config is the model's own code (config.json auto_map AutoConfig): "
+                             "pass --trust-remote-code if you trust it") from None
         raise UsageError(f"model {path}: {one_line(e, 300)}") from None
 
 

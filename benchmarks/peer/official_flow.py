@@ -111,6 +111,13 @@ def redirect_cuda(device: str) -> None:
     torch.Tensor.to = _tensor_to
     torch.Tensor.cuda = lambda self, *a, **k: self
     torch.nn.Module.cuda = lambda self, *a, **k: self
+    module_to = torch.nn.Module.to  # Starling-7B's builder moves its model with .to("cuda")
+
+    def _module_to(self, *a, **k):
+        a = tuple(device if isinstance(x, str) and x.startswith("cuda") else x for x in a)
+        return module_to(self, *a, **k)
+
+    torch.nn.Module.to = _module_to
 
 
 def run_rm(args, tokenizer, conv, files, dtype):

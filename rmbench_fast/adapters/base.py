@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import struct
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import UsageError
 
 
-class OutOfScope(Exception):
+class OutOfScope(UsageError):
     """Raised by adapters of official entries rmbench-fast does not score (pairwise, generative)."""
 
 
@@ -18,11 +23,39 @@ class Adapter:
     auto_map: tuple[str, ...] = ()  # class names in config.json `auto_map` values that mean this family
     make_scorer: object = None  # (o, config, tokenizer, device, tokenizer_path) -> scorers.base.Scorer
     notes: tuple[str, ...] = field(default=())  # where the official flow is odd for this family (README, run.json)
+    # Checkpoints whose config does not say what they are: weight names that all must be present
+    # (a name ending in "." is a prefix), and files next to config.json that all must be present.
+    weights: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+    accepts: object = None  # optional (config) -> bool, narrowing an architecture / auto_map match
 
-    def matches(self, config) -> bool:
+    def matches(self, config, weights=frozenset(), files=frozenset()) -> bool:
+        """By architecture or auto_map (then `accepts`); else by weight names and files."""
+        if self.accepts is not None and not self.accepts(config):
+            return False
         archs = set(getattr(config, "architectures", None) or [])
-        if archs & set(self.architectures):
-            return True
         auto = getattr(config, "auto_map", None) or {}
         classes = {str(v).split(".")[-1] for v in (auto.values() if isinstance(auto, dict) else [])}
-        return bool(classes & set(self.auto_map))
+        if archs & set(self.architectures) or classes & set(self.auto_map):
+            return True
+        if not (self.weights or self.files):
+            return False
+        has = all(any(w.startswith(s) for w in weights) if s.endswith(".") else s in weights for s in self.weights)
+        return has and all(f in files for f in self.files)
+
+
+def weight_names(path) -> frozenset[str]:
+    """The weight names of a local checkpoint folder, from its safetensors index or file headers
+    (nothing is loaded); empty for a hub id or a folder without safetensors."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return frozenset()
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        return frozenset(json.loads(index.read_text()).get("weight_map", {}))
+    names = set()
+    for f in sorted(folder.glob("*.safetensors")):
+        with open(f, "rb") as fh:
+            (size,) = struct.unpack("<Q", fh.read(8))
+            names |= set(json.loads(fh.read(size))) - {"__metadata__"}
+    return frozenset(names)

@@ -76,7 +76,7 @@ def world(tmp_path_factory):
     tok = train_tokenizer(texts, vocab_size=300)
     other_tok = train_tokenizer(texts[::-1] + ["other words entirely"], vocab_size=300)
     cfg = dict(vocab_size=len(tok), hidden=32, layers=1, heads=4)
-    w = {"root": root, "data": str(data)}
+    w = {"root": root, "data": str(data), "tok": tok, "cfg": cfg}
     trio = build_trio(root / "trio", tok, **cfg)
     w.update(rm=str(trio["rm"]), policy=str(trio["policy"]), ref=str(trio["reference"]))
     w["ref_vocab"] = str(save_model(build_model("lm", llama_config(**{**cfg, "vocab_size": len(tok) + 8}), 3), tok,

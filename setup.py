@@ -1,4 +1,4 @@
-from setuptools import setup
+from setuptools import find_packages, setup
 
 # `kernels/` ships as `rmbench_fast.kernels`: a top-level package named `kernels` would shadow
 # Hugging Face's `kernels` package, which transformers probes at import time.
@@ -9,7 +9,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=["rmbench_fast", "rmbench_fast.scorers", "rmbench_fast.kernels"],
+    packages=find_packages(include=["rmbench_fast", "rmbench_fast.*"]) + ["rmbench_fast.kernels"],
     package_dir={"rmbench_fast.kernels": "kernels"},
     package_data={"rmbench_fast": ["demo_data/*.json"]},
     install_requires=[

@@ -23,8 +23,10 @@ def _opts():
                      help="RM-Bench data: folder, .json/.jsonl file, or hub dataset id."),
         click.option("--tokenizer", default=None, help="Tokenizer to use instead of the model's."),
         click.option("--chat-template", default=None,
-                     help="Built-in template name (tulu) or a Jinja file. Default: the tokenizer's own chat "
-                          "template, else tulu, as the official scripts."),
+                     help="A FastChat conversation template name (tulu built in; others need the fastchat "
+                          "extra), one of the tokenizer's named templates, or a Jinja file. Default: the tokenizer's "
+                          "own chat template, else tulu, as the official scripts; overriding a tokenizer's own "
+                          "template departs from them (warned, recorded in run.json)."),
         click.option("--dtype", type=click.Choice(DTYPES), default=None,
                      help="Model dtype [default: float32 on CPU, bfloat16 on GPU]."),
         click.option("--device", default=None, help="cpu, cuda, cuda:1, ... [default: cuda when available]."),
@@ -34,7 +36,8 @@ def _opts():
         click.option("--max-batch-size", type=int, default=None, help="At most this many sequences per batch."),
         click.option("--compat", type=click.Choice(COMPAT), default=None,
                      help="Reproduce the official pipeline's truncation (RM: left, 2048 tokens; DPO: prompt "
-                          "to its last 128 tokens, responses to 1920) and its top-label RM score."),
+                          "to its last 128 tokens, responses to 1920), its multi-label scores (the whole logits "
+                          "vector, compared as a list) and, on CUDA, its precision (float16, 8-bit)."),
         click.option("--label-index", type=int, default=None, help="Logit column of a multi-label reward head."),
         click.option("--adapter", default=None, help="Score with this reward-model adapter (`rmbench-fast adapters` "
                      "lists them) [default: chosen from the model's name as the official scripts do, else its "

@@ -74,9 +74,6 @@ class _Worker:
         self.model, _ = load_for_pass(scorer, model_path, getattr(torch, dtype), self.device, trust_remote_code,
                                       allow_pickle)
 
-    def pid(self) -> int:
-        return os.getpid()
-
     def score_unit(self, seqs, batches, batch_lengths, names, plan=None, max_tokens=None):
         """seqs: the unit's sequences (tokenize.Encoded); batches: (index list into them, max length);
         names: how errors name each; plan: the unit's (prefix, group, wave) arrays when prompt

@@ -81,7 +81,8 @@ def model_fingerprint(path: str, hashes: HashCache) -> dict:
     folder = local_model_dir(path)
     if folder is None:
         return {"path": path, "sha256": None, "files": []}
-    files = sorted(p for p in folder.iterdir() if p.is_file() and (p.name.endswith(WEIGHT_SUFFIXES)
+    # weights, shard indexes, and the model's own code (remote-code models compute with it)
+    files = sorted(p for p in folder.iterdir() if p.is_file() and (p.name.endswith(WEIGHT_SUFFIXES + (".py",))
                                                                      or p.name.endswith(".index.json")))
     cfg = folder / "config.json"
     config = json.loads(cfg.read_text()) if cfg.is_file() else None

@@ -22,8 +22,8 @@ from .fingerprints import sha256_text
 
 # Modules that only present or orchestrate numbers computed elsewhere: changing them never changes
 # a stored entry, so they stay out of the code fingerprint.
-PRESENTATION = {"cli", "cli_options", "cli_cache", "plots", "demo", "progress", "sweep", "report", "metrics", "results", "paths",
-                "__main__"}
+PRESENTATION = {"cli", "cli_options", "cli_cache", "tiny", "tiny_adapters", "plots", "demo", "progress", "sweep",
+                "report", "metrics", "results", "paths", "__main__"}
 
 
 def _source_dirs() -> list[Path]:

@@ -25,6 +25,11 @@ def responses(sample) -> list[str]:
     return [resp for k in range(len(STYLES)) for resp in (sample.chosen[k], sample.rejected[k])]
 
 
+def full_texts(samples, fmt) -> list[str]:
+    """Every sequence's text (its prompt and response through the chat format `fmt`), in layout order."""
+    return [fmt.text(s.prompt, r) for s in samples for r in responses(s)]
+
+
 def sequence_name(samples, i: int) -> str:
     """How errors name sequence i of a run: sample, side and style."""
     return f"sample {samples[i // PER_PROMPT].name}, {'rejected' if i % 2 else 'chosen'} {STYLES[(i % PER_PROMPT) // 2]}"

@@ -67,6 +67,11 @@ def comparable(chosen, rejected):
     chosen, rejected = np.asarray(chosen, dtype=np.float64), np.asarray(rejected, dtype=np.float64)
     if chosen.ndim == 2:
         return chosen, rejected
+    for scores in (chosen, rejected):  # a NaN vector would get a rank like any other: report it here
+        if not np.isfinite(scores).all():
+            rows = np.flatnonzero(~(np.isfinite(chosen).all((1, 2)) & np.isfinite(rejected).all((1, 2))))
+            raise ScoreError(f"{len(rows)} sample(s) have score vectors with values that are not finite numbers "
+                             f"(NaN or infinite): prompts {', '.join(map(str, rows[:10]))}")
     flat = np.concatenate([chosen.reshape(-1, chosen.shape[-1]), rejected.reshape(-1, rejected.shape[-1])])
     _, rank = np.unique(flat, axis=0, return_inverse=True)  # rows sorted lexicographically
     rank = rank.reshape(-1).astype(np.float64)

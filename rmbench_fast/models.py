@@ -68,6 +68,24 @@ def detect_mode(config) -> str:
     raise UsageError(f"cannot tell the mode from the model's architectures {archs}: pass --mode rm or --mode dpo")
 
 
+def tokenizer_folder(path: str) -> str:
+    """A local folder holding the tokenizer's files: `path` itself, or for a hub id its snapshot of
+    the tokenizer files and config.json (downloaded when online, else the cache), so that tokenizers
+    from the hub load as transformers 4.51 builds them too (tokenizer_loading reads the folder)."""
+    if Path(path).expanduser().is_dir():
+        return path
+    check_model_path(path, "tokenizer")
+    from huggingface_hub import snapshot_download
+
+    from .fingerprints import TOKENIZER_FILES
+
+    try:
+        return snapshot_download(path, allow_patterns=list(TOKENIZER_FILES) + ["config.json", "*.py"])
+    except Exception as e:  # offline and not cached, unknown repo, gated, ...
+        raise UsageError(f"tokenizer {path}: not a local folder, and fetching it from the hub failed "
+                         f"({type(e).__name__}: {one_line(e, 200)})") from None
+
+
 def load_tokenizer(path: str, trust_remote_code: bool):
     """The tokenizer as the official flow (transformers 4.51) loads it (tokenizer_loading)."""
     from .tokenizer_loading import load_tokenizer as load_as_official

@@ -36,7 +36,7 @@ class ScoreOptions:
     device: str | None = None
     max_tokens_per_batch: int | None = None  # default: DEFAULT_MAX_TOKENS for the device
     max_batch_size: int | None = None
-    compat: str | None = None  # "official": the official truncation and top-label score
+    compat: str | None = None  # "official": the official truncation, multi-label lists and precision
     trust_remote_code: bool = False
     limit: int | None = None
     domains: tuple = ()

@@ -15,7 +15,7 @@ from .checks import check_options, check_reference, context_check
 from .data import Sample, load_dataset
 from .fingerprints import data_fingerprint, tokenizer_fingerprint
 from .keys import tokenized_key
-from .models import is_causal_decoder, load_config, load_tokenizer, resolve_device
+from .models import is_causal_decoder, load_config, load_tokenizer, resolve_device, tokenizer_folder
 from .precision import Precision, choose as choose_precision
 from .options import DEFAULT_MAX_TOKENS, ScoreOptions
 from .prefix import PrefixPlan, default_budget_bytes, kv_bytes_per_token, plan_batches, plan_prefixes
@@ -41,11 +41,14 @@ class Prepared:
     plan: PrefixPlan | None  # shared prompt prefixes; then batches hold suffixes
     batch_lengths: np.ndarray  # what the batches were cut from: lengths, less shared prefixes
     device: torch.device
-    dtype: torch.dtype
     precision: Precision
     tok_key: str | None
     tokenize_s: float
     tokenize_cached: bool
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.precision.dtype
 
 
 def prepare(o: ScoreOptions, store: Store) -> Prepared:
@@ -54,7 +57,7 @@ def prepare(o: ScoreOptions, store: Store) -> Prepared:
     device = resolve_device(o.device)
     samples = load_dataset(o.data, domains=o.domains, limit=o.limit)
     config = load_config(o.model, o.trust_remote_code)
-    tok_path = o.tokenizer or o.model
+    tok_path = tokenizer_folder(o.tokenizer or o.model)
     tokenizer = load_tokenizer(tok_path, o.trust_remote_code)
     scorer = make_scorer(o, config, tokenizer, device, tok_path)
     precision = choose_precision(o, device, scorer.mode, scorer.official_quantized, scorer.official_dtype)
@@ -94,4 +97,4 @@ def prepare(o: ScoreOptions, store: Store) -> Prepared:
         batch_lengths = lengths
         batches = make_batches(lengths, max_tokens, o.max_batch_size)
     return Prepared(samples, scorer, config, tokenizer, fmt, seqs, lengths, batches, max_tokens, plan, batch_lengths,
-                    device, dtype, precision, tok_key, tokenize_s, cached is not None)
+                    device, precision, tok_key, tokenize_s, cached is not None)

@@ -26,8 +26,9 @@ def run_info(prep, o, passes: dict, store, t_start: float) -> dict:
     seqs, lengths, plan = prep.seqs, prep.lengths, prep.plan
     counts = token_counts(prep.batch_lengths, prep.batches)
     shared = plan.shared_tokens() if plan is not None else 0
-    # padded: what the model computes, the suffix batches with their padding and each shared prefix
-    # once; real: every sequence whole, so padded < real when prefixes are shared
+    # real_tokens: every sequence whole; padded_tokens: what the model computes (the batches with
+    # their padding, each shared prefix once), so below real_tokens when prefixes are shared;
+    # padding_ratio: computed tokens with padding over computed tokens without (padding alone)
     counts.update(real_tokens=int(lengths.sum()), padded_tokens=counts["padded_tokens"] + shared,
                   padding_ratio=(counts["padded_tokens"] + shared) / max(1, counts["real_tokens"] + shared),
                   shared_prefix={"prompts": plan.prompts() if plan is not None else 0,
@@ -45,7 +46,7 @@ def run_info(prep, o, passes: dict, store, t_start: float) -> dict:
         "device": str(prep.device),
         "dtype": str(prep.dtype).replace("torch.", ""),
         "precision": prep.precision.describe(),
-        "models": {role: {k: v for k, v in p.info.items() if k != "key"} for role, p in passes.items()},
+        "models": {role: p.info for role, p in passes.items()},
         "versions": versions(),
         "machine": {"platform": platform.platform(), "python": platform.python_version(),
                     "cpu_threads": torch.get_num_threads(),

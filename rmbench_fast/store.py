@@ -28,8 +28,6 @@ class Store:
         self.root = Path(root) if root is not None else None
         self.hashes = HashCache(self.root / "file-hashes.json" if self.root else None)
         self.memory: dict[str, dict] = {}
-        self.hits = 0
-        self.misses = 0
 
     @property
     def enabled(self) -> bool:
@@ -59,10 +57,6 @@ class Store:
         got = self.memory.get(key)
         if got is None and self.enabled:
             got = self._read(self._path("entries", key), key)
-        if got is None:
-            self.misses += 1
-        else:
-            self.hits += 1
         return got
 
     def put(self, key: str, arrays: dict) -> None:

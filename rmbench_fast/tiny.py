@@ -96,7 +96,7 @@ def save_model(model, tokenizer, dest) -> Path:
     return dest
 
 
-TRIO = {"rm": ("rm", 0), "policy": ("lm", 1), "reference": ("lm", 2)}
+TRIO = {"rm": "rm", "policy": "lm", "reference": "lm"}  # folder -> build_model kind
 
 
 def build_trio(dest, tokenizer, dtype=None, seeds: tuple[int, int, int] = (0, 1, 2), **config) -> dict[str, Path]:
@@ -111,7 +111,7 @@ def build_trio(dest, tokenizer, dtype=None, seeds: tuple[int, int, int] = (0, 1,
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
     try:
         config.setdefault("vocab_size", len(tokenizer))
-        for (name, (kind, _)), seed in zip(TRIO.items(), seeds):
+        for (name, kind), seed in zip(TRIO.items(), seeds):
             model = build_model(kind, llama_config(**config), seed)
             save_model(model if dtype is None else model.to(dtype), tokenizer, tmp / name)
         (tmp / "COMPLETE").write_text("ok\n")

@@ -32,3 +32,17 @@ def test_a_head_under_other_names_is_refused(world, tmp_path):
     assert len(line) == 1 and "Traceback" not in r.output
     assert "score.weight" in line[0] and "random" in line[0]
     assert "reward_head.0.weight" in line[0] and "unused" in line[0]
+
+
+def test_a_git_lfs_pointer_is_a_one_line_error(world, tmp_path):
+    """A checkpoint whose safetensors file is a git-lfs pointer (not downloaded) is named, not a
+    MemoryError traceback from reading its "header"."""
+    import shutil
+
+    folder = tmp_path / "lfs"
+    shutil.copytree(world["rm"], folder)
+    (folder / "model.safetensors").write_text("version https://git-lfs.github.com/spec/v1\noid sha256:00\n"
+                                              "size 123456789\n")
+    r = CliRunner().invoke(main, ["score", "--model", str(folder), "--data", world["data"], "-q", "--no-cache"])
+    assert r.exit_code == 2, r.output
+    assert "not a safetensors file" in r.stderr and "Traceback" not in r.output

@@ -79,3 +79,17 @@ def test_non_finite_scores_are_errors(bad):
     rejected[2, 1] = bad
     with pytest.raises(ScoreError, match="chat/7"):
         summarize(chosen, rejected, ["chat"] * 3, names=["chat/5", "chat/6", "chat/7"])
+
+
+def test_score_vectors_compare_as_lists_and_nan_is_an_error():
+    """Multi-label score vectors (the official flow's whole logits lists) compare as Python lists."""
+    rng = np.random.default_rng(5)
+    chosen, rejected = rng.integers(0, 3, (40, 3, 2)).astype(float), rng.integers(0, 3, (40, 3, 2)).astype(float)
+    domains = ["chat"] * 40
+    ours = summarize(chosen, rejected, domains)
+    ref = official_summary([{"domain": "chat", "score_chosen": c.tolist(), "score_rejected": r.tolist()}
+                            for c, r in zip(chosen, rejected)])
+    assert abs(ours["overall"] - ref["overall"]) <= 1e-12
+    chosen[7, 1, 0] = np.nan
+    with pytest.raises(ScoreError, match="not finite"):
+        summarize(chosen, rejected, domains)

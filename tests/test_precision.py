@@ -43,3 +43,13 @@ def test_cpu_says_it_cannot(world, tmp_path, caplog):
     run = score(ScoreOptions(model=world["rm"], data=world["data"], compat="official", progress=False, cache=False))
     assert run.run["precision"]["dtype"] == "float32" and "needs CUDA" in run.run["precision"]["note"]
     assert any("needs CUDA" in r.message for r in caplog.records)
+
+
+def test_dpo_keeps_8bit_under_bfloat16():
+    """run_dpo.py: bfloat16 when asked, float16 otherwise, and 8-bit either way (only a Llama-3
+    spelling turns it off); run_rm.py turns 8-bit off for bfloat16."""
+    p = choose(opts(dtype="bfloat16"), CUDA, "dpo")
+    assert p.dtype == torch.bfloat16 and p.int8 is True
+    p = choose(opts(dtype="float32"), CUDA, "dpo")
+    assert p.dtype == torch.float16 and p.int8 is True
+    assert choose(opts(dtype="bfloat16"), CUDA, "rm").int8 is False

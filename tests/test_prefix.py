@@ -163,3 +163,37 @@ def test_off_by_default(models, data_path):
     assert run.run["shared_prefix"] == {"prompts": 0, "tokens_saved": 0}
     assert "prefix_sharing" not in run.run["models"]["model"]
     assert run.run["padded_tokens"] >= run.run["real_tokens"]
+
+
+def test_doubled_bos_rows_beside_shared_prefix_rows(models, data_path):
+    """A batch mixing rows that start with a doubled BOS (first token masked, no prefix) and rows
+    on a shared prefix cache: each row scores as it does alone (the official masking, plain forward)."""
+    from transformers import AutoModelForSequenceClassification
+
+    m = models["tmpl"]["rm"]
+    tok = AutoTokenizer.from_pretrained(m)
+    seqs = encode_run(load_dataset(data_path, limit=2), m, "rm")
+    # every second prompt's sequences lose their first BOS: single BOS, so they may share a prefix
+    seqs = [Encoded(e.ids[1:]) if (i // 6) % 2 else e for i, e in enumerate(seqs)]
+    model = AutoModelForSequenceClassification.from_pretrained(m).eval()
+    scorer = RewardModelScorer(tok.eos_token_id, 0, 1, tok.bos_token_id, tok.eos_token_id)
+    model.config.pad_token_id = scorer.pad_id
+    ids = [e.ids for e in seqs]
+    limits = np.array([scorer.readout_limit(e) for e in seqs])
+    plan = plan_prefixes(ids, limits, kv_bytes_per_token=1, budget_bytes=10**9)
+    assert (plan.prefix[:6] == 0).all() and (plan.prefix[6:12] > 0).all()  # doubled-BOS prompt: nothing shared
+    batches = prefix_mod.plan_batches(np.array([len(s) for s in ids]), plan, max_tokens=10**6, max_batch_size=None)
+    assert any(plan.prefix[b.indices].min() == 0 < plan.prefix[b.indices].max() for b in batches)
+    kv = PrefixKV(model, ids, plan, np.arange(len(ids)), scorer.pad_id, torch.device("cpu"), 10**6)
+    run = scorer.batch_fn(model, torch.device("cpu"))
+    scores = np.zeros(len(ids))
+    for b in batches:
+        scores[b.indices] = run(seqs, b, kv)["scores"]
+    assert kv.note == "on"
+    alone = []
+    with torch.no_grad():
+        for e in seqs:
+            mask = torch.ones(1, len(e.ids), dtype=torch.long)
+            mask[0, 0] = 0 if scorer.double_bos(e.ids) else 1
+            alone.append(model(input_ids=torch.tensor([e.ids]), attention_mask=mask).logits[0, 0].item())
+    np.testing.assert_allclose(scores, alone, atol=1e-4, rtol=0)

@@ -44,6 +44,9 @@ def select(model_path: str, config, explicit: str | None = None) -> Adapter | No
     for a in ADAPTERS:
         if a.matches(config):
             return a
+    archs = getattr(config, "architectures", None) or []
+    if any(x.endswith(("ForCausalLM", "LMHeadModel")) for x in archs):
+        return None  # a causal LM whose extra weights (a TRL value head, say) make it no reward model
     folder = Path(model_path)
     files = frozenset(p.name for p in folder.iterdir()) if folder.is_dir() else frozenset()
     weights = weight_names(model_path)

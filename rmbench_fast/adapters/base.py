@@ -7,7 +7,7 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import UsageError
+from ..errors import UsageError, one_line
 
 
 class OutOfScope(UsageError):
@@ -51,11 +51,17 @@ def weight_names(path) -> frozenset[str]:
     if not folder.is_dir():
         return frozenset()
     index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        return frozenset(json.loads(index.read_text()).get("weight_map", {}))
-    names = set()
-    for f in sorted(folder.glob("*.safetensors")):
-        with open(f, "rb") as fh:
-            (size,) = struct.unpack("<Q", fh.read(8))
-            names |= set(json.loads(fh.read(size))) - {"__metadata__"}
-    return frozenset(names)
+    try:
+        if index.is_file():
+            return frozenset(json.loads(index.read_text()).get("weight_map", {}))
+        names = set()
+        for f in sorted(folder.glob("*.safetensors")):
+            with open(f, "rb") as fh:
+                head = fh.read(8)
+                (size,) = struct.unpack("<Q", head) if len(head) == 8 else (-1,)
+                if not 0 < size <= f.stat().st_size - 8:
+                    raise ValueError(f"{f.name} is not a safetensors file (a git-lfs pointer, or cut short?)")
+                names |= set(json.loads(fh.read(size))) - {"__metadata__"}
+        return frozenset(names)
+    except (ValueError, OSError) as e:  # JSONDecodeError is a ValueError
+        raise UsageError(f"model {path}: cannot read its weight names ({one_line(e, 200)})") from None

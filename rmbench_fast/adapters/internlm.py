@@ -13,9 +13,10 @@ from __future__ import annotations
 from functools import partial
 
 from ..errors import UsageError
+from ..layout import full_texts
 from ..tokenize import Encoded
 from .base import Adapter
-from .scoring import QUANTIZED, AdapterScorer, encode_plain, load_remote, require_remote_code, run_texts, scorer_for
+from .scoring import QUANTIZED, AdapterScorer, encode_plain, load_remote, require_remote_code, scorer_for
 
 
 class InternLMScorer(AdapterScorer):
@@ -28,7 +29,7 @@ class InternLMScorer(AdapterScorer):
         return (self.reward_token_id,)
 
     def encode(self, samples, tokenizer, fmt, compat, tokenizer_path=None):
-        return [Encoded(ids) for ids in encode_plain(tokenizer, run_texts(samples, fmt))]
+        return [Encoded(ids) for ids in encode_plain(tokenizer, full_texts(samples, fmt))]
 
     def rows(self, seqs, batch):
         t = self.reward_token_id

@@ -21,9 +21,9 @@ import torch
 
 from ..batching import pad_rows
 from ..errors import UsageError
-from ..layout import responses
+from ..layout import full_texts
 from ..models import load_model
-from ..scorers.rm import RewardModelScorer, official_pad_ids
+from ..scorers.rm import RewardModelScorer, official_bos, official_pad_ids
 from ..tokenize import OFFICIAL_MAX_LENGTH, Encoded
 
 log = logging.getLogger("rmbench_fast")
@@ -39,11 +39,6 @@ def read_output(out, field: str | None):
     if field is not None:
         return out[field] if isinstance(out, dict) else getattr(out, field)
     return next(iter(out.values())) if isinstance(out, dict) else out[0]
-
-
-def run_texts(samples, fmt) -> list[str]:
-    """Every text of the run, in layout order."""
-    return [fmt.text(s.prompt, r) for s in samples for r in responses(s)]
 
 
 def encode_plain(tokenizer, texts) -> list[list[int]]:
@@ -136,7 +131,7 @@ class PlainTextScorer(AdapterScorer):
 
     def encode(self, samples, tokenizer, fmt, compat, tokenizer_path=None):
         out = []
-        for ids in encode_plain(tokenizer, run_texts(samples, fmt)):
+        for ids in encode_plain(tokenizer, full_texts(samples, fmt)):
             cut = max(0, len(ids) - OFFICIAL_MAX_LENGTH) if compat and self.truncate else 0
             out.append(Encoded(ids[cut:], 0, cut))
         return out
@@ -151,8 +146,7 @@ def scorer_for(adapter, o, config, tokenizer, loader, cls=AdapterScorer, **kw) -
     tok_pad, cfg_pad = official_pad_ids(tokenizer, config)
     if cfg_pad is None:
         raise UsageError(f"tokenizer of {o.model}: has neither a pad nor an EOS token to pad with")
-    bos = tokenizer.bos_token_id if tokenizer.bos_token is not None else None
-    return cls(adapter, cfg_pad, tok_pad, loader=loader, bos_id=bos, **kw)
+    return cls(adapter, cfg_pad, tok_pad, loader=loader, bos_id=official_bos(tokenizer), **kw)
 
 
 def require_remote_code(o, config, adapter_name: str, auto_class: str) -> str:

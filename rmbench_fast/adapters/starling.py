@@ -24,6 +24,7 @@ import torch
 import torch.nn as nn
 from transformers import LlamaModel, LlamaPreTrainedModel
 
+from ..scorers.rm import official_pad_ids
 from .base import Adapter
 from .pooling import rows
 from .scoring import QUANTIZED, AdapterScorer, load_own, scorer_for
@@ -70,7 +71,7 @@ def make_scorer(o, config, tokenizer, device, tokenizer_path, seven_b=False):
         read_id = tokenizer(tokenizer.unk_token)["input_ids"][0] if tokenizer.unk_token is not None else 0
     else:
         read_id = 0
-    tok_pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    tok_pad = official_pad_ids(tokenizer, config)[0]
     warn = ()
     if tok_pad != read_id:
         warn = (f"the official pipeline pads with id {tok_pad} but reads before the first id {read_id}, so its score "

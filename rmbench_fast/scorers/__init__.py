@@ -12,7 +12,7 @@ from ..models import detect_mode
 from ..options import DEFAULT_REF_FREE
 from .base import Scorer
 from .dpo import DPOScorer
-from .rm import RewardModelScorer, official_pad_ids, pick_label
+from .rm import RewardModelScorer, official_bos, official_pad_ids, pick_label
 
 __all__ = ["Scorer", "DPOScorer", "RewardModelScorer", "make_scorer", "resolve_logprob_impl"]
 
@@ -49,8 +49,7 @@ def make_scorer(o, config, tokenizer, device, tokenizer_path: str) -> Scorer:
             raise UsageError("--ref-free is for DPO models; the model is a sequence classifier (rm mode)")
         tok_pad, cfg_pad = official_pad_ids(tokenizer, config)
         label = pick_label(config.num_labels, o.label_index, o.compat == "official")
-        bos = tokenizer.bos_token_id if tokenizer.bos_token is not None else None
-        return RewardModelScorer(cfg_pad, label, config.num_labels, bos, tok_pad)
+        return RewardModelScorer(cfg_pad, label, config.num_labels, official_bos(tokenizer), tok_pad)
     resolved = resolve_logprob_impl(o.logprob_impl, device)
     if tokenizer.eos_token_id is None:
         raise UsageError(f"tokenizer {tokenizer_path}: has no EOS token, which DPO scoring appends to every response")

@@ -19,7 +19,7 @@ from ..kernels import logits_logprobs
 from ..layout import responses
 from ..logprobs import LMHead, segment_stats, token_logprobs
 from ..models import is_causal_decoder, load_model
-from ..tokenize import encode_dpo
+from ..tokenize import Encoded, encode_dpo
 from .base import Scorer
 
 log = logging.getLogger("rmbench_fast")
@@ -54,6 +54,8 @@ def _label_positions(seqs, batch: Batch, device, offsets=None):
         off = 0 if offsets is None else int(offsets[row])
         rows.append(np.full(n - s, row))
         pos.append(np.arange(s - 1 - off, n - 1 - off))
+    if not rows:  # no scored token in the batch
+        return (torch.zeros(0, dtype=torch.long, device=device),) * 2
     rows = torch.as_tensor(np.concatenate(rows), device=device)
     return rows, torch.as_tensor(np.concatenate(pos), device=device)
 
@@ -87,17 +89,21 @@ def batch_logprob_stats(model, seqs, batch: Batch, pad_id: int, device, impl: st
     return {"total": s.cpu().numpy(), "count": c.cpu().numpy(), "sumsq": q.cpu().numpy()}
 
 
+CHECK_TOKENS = 64  # scored tokens the self-check compares
+
+
 def check_head(model, head: LMHead, seqs, i: int, pad_id: int, device, impl: str) -> str | None:
-    """Sequence i's token log-probs through `head` against the model's own logits: None when they
-    agree, else why not (a logit transform the seam does not know)."""
-    one = Batch(np.array([i]), len(seqs[i].ids))
-    plain = batch_token_logprobs(model, seqs, one, pad_id, device, "plain", None)[1].float()
+    """The first CHECK_TOKENS scored tokens of sequence i through `head` against the model's own
+    logits (both on the same shortened sequence, so only a [64, V] logits tensor is made): None
+    when they agree, else why not (a logit transform the seam does not know)."""
+    e = seqs[i]
+    cut = [Encoded(e.ids[:e.start + CHECK_TOKENS], e.start)]
+    one = Batch(np.array([0]), len(cut[0].ids))
+    plain = batch_token_logprobs(model, cut, one, pad_id, device, "plain", None)[1].float()
     try:
-        fused = batch_token_logprobs(model, seqs, one, pad_id, device, impl, head)[1].float()
+        fused = batch_token_logprobs(model, cut, one, pad_id, device, impl, head)[1].float()
     except RuntimeError as e:  # e.g. a head that reads another hidden size than the base model's output
         return f"the fused head does not fit {type(model).__name__} ({one_line(e, 120)})"
-    if not len(plain):
-        return None
     err = float((fused - plain).abs().max())
     tol = (1e-4 if head.weight.dtype == torch.float32 else 3e-2) * max(1.0, float(plain.abs().max()))
     if err <= tol:
@@ -148,9 +154,9 @@ class DPOScorer(Scorer):
         def run(seqs, batch, prefix=None):
             nonlocal head
             if not state["checked"]:  # once per pass: the fused head against the model's own logits
-                state["checked"] = True
-                shortest = min(batch.indices, key=lambda i: len(seqs[i].ids))
-                why = check_head(model, head, seqs, int(shortest), self.pad_id, device, self.impl)
+                scored = [i for i in batch.indices if len(seqs[i].ids) > seqs[i].start]
+                why = check_head(model, head, seqs, int(scored[0]), self.pad_id, device, self.impl) if scored else None
+                state["checked"] = bool(scored)
                 if why is not None:
                     log.warning("%s: using the model's own logits", why)
                     head, run_info["logprob_head"] = None, f"model logits: {why}"

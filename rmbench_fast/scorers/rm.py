@@ -16,7 +16,7 @@ import torch
 
 from ..batching import batch_inputs, forward
 from ..errors import UsageError
-from ..layout import responses
+from ..layout import full_texts
 from ..models import is_causal_decoder, load_model
 from ..tokenize import OFFICIAL_MAX_LENGTH, encode_rm, rm_appends_eos
 from .base import Scorer
@@ -35,6 +35,11 @@ def pick_label(num_labels: int, label_index: int | None, compat: bool) -> int | 
         return None
     raise UsageError(f"the reward model's head has {num_labels} labels: choose one with --label-index K "
                      "(or --compat official for the official flow's whole logits vector, compared as a list)")
+
+
+def official_bos(tokenizer) -> int | None:
+    """The BOS id RewardBenchPipeline's doubled-BOS check looks for (None: the tokenizer has no BOS)."""
+    return tokenizer.bos_token_id if tokenizer.bos_token is not None else None
 
 
 def official_pad_ids(tokenizer, config) -> tuple[int | None, int | None]:
@@ -60,7 +65,7 @@ class RewardModelScorer(Scorer):
         self.outputs = {"scores": () if label is not None else (num_labels,)}
 
     def encode(self, samples, tokenizer, fmt, compat, tokenizer_path=None):
-        texts = [fmt.text(s.prompt, r) for s in samples for r in responses(s)]
+        texts = full_texts(samples, fmt)
         append_eos = rm_appends_eos(tokenizer, fmt.tokenizer_has_template, tokenizer_path)
         return encode_rm(tokenizer, texts, append_eos, OFFICIAL_MAX_LENGTH if compat else None)
 
@@ -94,7 +99,7 @@ class RewardModelScorer(Scorer):
     def readout_limit(self, e):
         if self.double_bos(e.ids):  # its first token is masked: no prefix of it is shared
             return 0
-        return max((t for t in range(len(e.ids) - 1, -1, -1) if e.ids[t] != self.pad_id), default=0)
+        return next((t for t in range(len(e.ids) - 1, -1, -1) if e.ids[t] != self.pad_id), 0)
 
     def notes(self, seqs):
         out = {"pad_ids": {"tokenizer": self.tokenizer_pad_id, "config": self.pad_id},

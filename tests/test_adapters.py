@@ -2,16 +2,16 @@
 
 Each family's tiny model is built from plain parts (a transformers decoder and head tensors with
 random weights) and saved under the family's published config and weight names (remote-code
-families with a minimal modeling file of their own and an auto_map). The engine scores it; the
-reference reads the documented score of each sequence alone, from the plain parts, in a loop. The
-folders carry no official names, so selection by architecture, auto_map, weight names and files
-is exercised too; selection by name, --adapter, and the errors have their own tests.
+families with their minimal modeling file from rmbench_fast.tiny_adapters, named in auto_map;
+tokenizers shaped like each family's come from there too). The engine scores it; the reference
+reads the documented score of each sequence alone, from the plain parts, in a loop. The folders
+carry no official names, so selection by architecture, auto_map, weight names and files is
+exercised too; selection by name, --adapter, and the errors have their own tests.
 """
 
 import json
 import pickle
 import shutil
-import textwrap
 
 import numpy as np
 import pytest
@@ -30,68 +30,21 @@ from rmbench_fast.engine import ScoreOptions, score
 from rmbench_fast.errors import UsageError
 from rmbench_fast.prepare import prepare
 from rmbench_fast.store import Store
+from rmbench_fast.tiny_adapters import LLAMA3_HEADER, tokenizer, write_code
 
 H = 16
 BACKBONES = {"llama": (LlamaConfig, LlamaModel), "gemma2": (Gemma2Config, Gemma2Model),
              "mistral": (MistralConfig, MistralModel), "qwen2": (Qwen2Config, Qwen2Model)}
-LLAMA3_TEMPLATE = ("{% for m in messages %}{% set c = '<|start_header_id|>' + m['role'] + '<|end_header_id|>\n\n' + "
-                   "m['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set c = bos_token + c %}{% endif %}"
-                   "{{ c }}{% endfor %}")
 QWEN_TEMPLATE = ("<|im_start|>system\nBe brief.<|im_end|>\n{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
                  "{{ m['content'] }}<|im_end|>\n{% endfor %}")
-PATTERN = [128009, 128006, 78191, 128007, 271]  # <|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n
+TOKENIZERS = {"tmpl": ("tmpl-reward", TEST_TEMPLATE), "llama": ("llama", None), "qwen": ("qwen", QWEN_TEMPLATE),
+              "llama3": ("llama3", None)}  # here: (tiny_adapters.tokenizer kind, chat template)
 
 
 def items():
     out = [make_item(i, d, prompt=f"Q{i} in {d}: " + "why " * (4 * i + 1)) for d in ("chat", "math") for i in range(2)]
     out[1]["chosen"][1] += " with </s> and <unk> inside the text"  # EOS (a pad id) and Starling's read id mid-text
     return out
-
-
-# ---- tokenizers: byte-level BPE shaped like each family's real one
-
-
-def tokenizer(kind, texts):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    specials = {"tmpl": ["<s>", "</s>", "<|reward|>"], "llama": ["<unk>", "<s>", "</s>"],
-                "qwen": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], "llama3": []}[kind]
-    t = Tokenizer(models.BPE())
-    t.pre_tokenizer, t.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
-    t.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=300, special_tokens=specials, show_progress=False,
-                                                     initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    bos = {"qwen": None, "llama3": "<|begin_of_text|>"}.get(kind, "<s>")
-    if kind == "llama3":
-        t = llama3_ids(t)
-    if bos:
-        t.post_processor = processors.TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, t.token_to_id(bos))])
-    kw = {"tmpl": dict(eos_token="</s>"), "llama": dict(eos_token="</s>", unk_token="<unk>"),
-          "qwen": dict(eos_token="<|im_end|>", pad_token="<|endoftext|>"),
-          "llama3": dict(eos_token="<|eot_id|>", pad_token="<|pad|>")}[kind]
-    tok = PreTrainedTokenizerFast(tokenizer_object=t, bos_token=bos, model_input_names=["input_ids", "attention_mask"],
-                                  **kw)
-    tok.chat_template = {"tmpl": TEST_TEMPLATE, "qwen": QWEN_TEMPLATE, "llama3": LLAMA3_TEMPLATE}.get(kind)
-    tok._rmbench_class = "LlamaTokenizerFast" if kind == "llama" else "PreTrainedTokenizerFast"
-    return tok
-
-
-def llama3_ids(trained):
-    """Re-numbered so that Llama-3's ids hold for the gating pattern (QRM, ArmoRM)."""
-    from tokenizers import AddedToken, Tokenizer
-
-    data = json.loads(trained.to_str())
-    fixed = {271: "\n\n", 78191: "assistant", 128000: "<|begin_of_text|>", 128006: "<|start_header_id|>",
-             128007: "<|end_header_id|>", 128009: "<|eot_id|>", 128256: "<|pad|>"}
-    free = (i for i in range(128257) if i not in fixed)
-    vocab = {s: next(free) for s in sorted(data["model"]["vocab"], key=data["model"]["vocab"].get)}
-    vocab.update({f"<|r{i}|>": i for i in free})
-    vocab.update({v: k for k, v in fixed.items()})
-    data["model"]["vocab"] = vocab
-    t = Tokenizer.from_str(json.dumps(data))
-    t.add_tokens([AddedToken(s, normalized=False) for s in ("\n\n", "assistant")])
-    t.add_special_tokens([AddedToken(fixed[i], normalized=False, special=True) for i in fixed if i >= 128000])
-    return t
 
 
 # ---- the families: heads under their published names, and the documented score of one sequence.
@@ -174,7 +127,7 @@ def qrm(tok):  # 3 objectives x 4 quantiles; BatchNorm gating at the last Llama-
         heads[f"gating.layers.{3 * i + 2}.num_batches_tracked"] = torch.tensor(5)
 
     def read(h, ids):
-        x = h[max(j for j in range(len(ids) - 4) if ids[j:j + 5] == PATTERN)]
+        x = h[max(j for j in range(len(ids) - 4) if ids[j:j + 5] == LLAMA3_HEADER)]
         for lw, (w, b, m, v) in zip(layers, bn):
             x = (torch.relu(x @ lw.T) - m) / torch.sqrt(v + 1e-5) * w + b
         rewards = (h[before(tok.pad_token_id, ids)] @ reg.T).view(k, q).mean(1) @ T
@@ -198,100 +151,16 @@ def ldl(tok):  # bare Gemma-2 weights; heads in .pt files; 3 distributions over 
                 files={"regression_layer.pt": pt((0, 2, 4), r), "gating_layer.pt": pt((0, 3, 6), g)})
 
 
-# ---- remote-code families: a minimal modeling file of the published architecture, named in auto_map
-
-REMOTE_HEADER = """
-from dataclasses import dataclass
-import torch, torch.nn as nn
-from transformers import {cfg}, {model}, PreTrainedModel
-from transformers.modeling_outputs import SequenceClassifierOutputWithPast
-from transformers.utils import ModelOutput
-def last(mask):
-    return mask.long().cumsum(1).argmax(1)
-def before_pad(ids, pad):
-    return (torch.eq(ids, pad).int().argmax(-1) - 1) % ids.shape[-1]
-class Base(PreTrainedModel):
-    config_class = {cfg}
-    base_model_prefix = "model"
-    def __init__(self, config):
-        super().__init__(config)
-        self.model = {model}(config)
-        self.heads(config)
-        self.post_init()
-    def hidden(self, input_ids, attention_mask):
-        return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-"""
-REMOTE_CLASSES = {
-    "EurusRewardModel": """
-class EurusRewardModel(Base):  # regression_head at the last attended token, [B, 1]
-    def heads(self, c):
-        self.regression_head = nn.Linear(c.hidden_size, 1, bias=False)
-    def forward(self, input_ids=None, attention_mask=None, **kw):
-        r = self.regression_head(self.hidden(input_ids, attention_mask)).squeeze(-1)
-        return torch.gather(r, 1, last(attention_mask).view(-1, 1))
-""",
-    "LlamaRewardModel": """
-class LlamaRewardModel(Base):  # Ziya: value_head at the last attended token, [B]
-    def heads(self, c):
-        self.value_head = nn.Linear(c.hidden_size, 1, bias=False)
-    def forward(self, input_ids=None, attention_mask=None, **kw):
-        h = self.hidden(input_ids, attention_mask)
-        return self.value_head(h[torch.arange(h.shape[0]), last(attention_mask)]).squeeze(-1)
-""",
-    "InternLM2ForRewardModel": """
-class InternLM2ForRewardModel(Base):  # v_head at the last attended token, which is the reward token
-    def heads(self, c):
-        self.v_head, self.reward_token_id = nn.Linear(c.hidden_size, 1, bias=False), c.reward_token_id
-    def forward(self, input_ids=None, attention_mask=None, **kw):
-        end = last(attention_mask).view(-1, 1)
-        assert (torch.gather(input_ids, 1, end) == self.reward_token_id).all()
-        r = self.v_head(self.hidden(input_ids, attention_mask)).squeeze(-1)
-        return SequenceClassifierOutputWithPast(logits=torch.gather(r, 1, end))
-""",
-    "Qwen2ForRewardModel": """
-class Qwen2ForRewardModel(Base):  # WorldPM: two-layer score head before the first pad id
-    def heads(self, c):
-        self.score = nn.Sequential(nn.Linear(c.hidden_size, c.hidden_size), nn.ReLU(), nn.Linear(c.hidden_size, 1))
-    def forward(self, input_ids=None, attention_mask=None, **kw):
-        logits = self.score(self.hidden(input_ids, attention_mask))
-        at = before_pad(input_ids, self.config.pad_token_id)
-        return SequenceClassifierOutputWithPast(logits=logits[torch.arange(len(input_ids)), at])
-""",
-    "LlamaForRewardModelWithGating": """
-PATTERN = [128009, 128006, 78191, 128007, 271]
-@dataclass
-class Out(ModelOutput):
-    rewards: torch.FloatTensor = None
-    score: torch.FloatTensor = None
-class LlamaForRewardModelWithGating(Base):  # ArmoRM: objectives mixed by a gating network at the header
-    def heads(self, c):
-        k, h = c.num_objectives, c.gating_hidden_dim
-        self.regression_layer = nn.Linear(c.hidden_size, k, bias=False)
-        self.reward_transform_matrix = nn.Parameter(torch.eye(k), requires_grad=False)
-        self.gating = nn.Module()
-        self.gating.layers = nn.ModuleList([nn.Linear(c.hidden_size, h), nn.Linear(h, h), nn.Linear(h, h), nn.Linear(h, k)])
-        self.gating.logit_scale = nn.Parameter(torch.ones(1))
-    def forward(self, input_ids=None, attention_mask=None, **kw):
-        h = self.hidden(input_ids, attention_mask)
-        b = torch.arange(len(input_ids))
-        at = [max(j for j in range(len(r) - 4) if r[j:j + 5] == PATTERN) for r in input_ids.tolist()]
-        x = h[b, at]
-        for i, layer in enumerate(self.gating.layers):
-            x = layer(x) if i == 3 else torch.relu(layer(x))
-        gate = torch.softmax(x / 10, dim=1) * self.gating.logit_scale[0]
-        rewards = self.regression_layer(h[b, before_pad(input_ids, self.config.pad_token_id)]) @ self.reward_transform_matrix
-        return Out(rewards=rewards, score=(gate * rewards).sum(1))
-""",
-}
+# ---- remote-code families: tiny_adapters' minimal modeling file of the published architecture
 
 
-def remote(cls, file, auto, heads_fn, config=(), **kw):
+def remote(family, heads_fn, config=(), **kw):
     def spec(tok):
         heads, read = heads_fn(tok)
-        extra = dict(architectures=[cls], auto_map={auto: f"{file}.{cls}"}, **dict(config))
+        extra = dict(config)
         if kw.get("append"):
             extra["reward_token_id"] = tok.convert_tokens_to_ids(kw["append"])
-        return dict(heads=heads, extra=extra, read=read, remote=(file, REMOTE_CLASSES[cls]), **kw)
+        return dict(heads=heads, extra=extra, read=read, remote=family, **kw)
     return spec
 
 
@@ -316,7 +185,7 @@ def armorm_heads(tok):
              **{f"gating.layers.{i}.{n}": t for i, wb in enumerate(gl) for n, t in zip(("weight", "bias"), wb)}}
 
     def read(h, ids):
-        x = h[max(j for j in range(len(ids) - 4) if ids[j:j + 5] == PATTERN)]
+        x = h[max(j for j in range(len(ids) - 4) if ids[j:j + 5] == LLAMA3_HEADER)]
         for i, wb in enumerate(gl):
             x = lin(x, wb) if i == 3 else torch.relu(lin(x, wb))
         return (torch.softmax(x / 10, 0) * 1.3 * (lin(h[before(tok.pad_token_id, ids)], reg) @ T)).sum()
@@ -333,17 +202,13 @@ FAMILIES = {  # name: (spec, decoder, tokenizer, the adapter selection must pick
     "inf-orm": (inform, "llama", "tmpl", "inf-orm"),
     "qrm": (qrm, "llama", "llama3", "qrm"),
     "ldl": (ldl, "gemma2", "tmpl", "ldl"),
-    "eurus": (remote("EurusRewardModel", "modeling_eurus_rm", "AutoModel", one_head("regression_head.weight", 27)),
-              "mistral", "tmpl", "eurus"),
-    "ziya": (remote("LlamaRewardModel", "modeling_llama_rm", "AutoModelForSequenceClassification",
-                    one_head("value_head.weight", 28)), "llama", "llama", "ziya"),
-    "internlm2": (remote("InternLM2ForRewardModel", "modeling_internlm2", "AutoModel", one_head("v_head.weight", 29),
-                         plain=True, append="<|reward|>"), "llama", "tmpl", "internlm2"),
-    "worldpm": (remote("Qwen2ForRewardModel", "modeling_qwen2_rm", "AutoModel", worldpm_heads, plain=True),
-                "qwen2", "qwen", "worldpm"),
-    "armorm": (remote("LlamaForRewardModelWithGating", "modeling_custom", "AutoModelForSequenceClassification",
-                      armorm_heads, config=dict(num_objectives=3, gating_hidden_dim=8), plain=True),
-               "llama", "llama3", "armorm"),
+    "eurus": (remote("eurus", one_head("regression_head.weight", 27)), "mistral", "tmpl", "eurus"),
+    "ziya": (remote("ziya", one_head("value_head.weight", 28)), "llama", "llama", "ziya"),
+    "internlm2": (remote("internlm2", one_head("v_head.weight", 29), plain=True, append="<|reward|>"), "llama", "tmpl",
+                  "internlm2"),
+    "worldpm": (remote("worldpm", worldpm_heads, plain=True), "qwen2", "qwen", "worldpm"),
+    "armorm": (remote("armorm", armorm_heads, config=dict(num_objectives=3, gating_hidden_dim=8), plain=True), "llama",
+               "llama3", "armorm"),
 }
 
 
@@ -356,8 +221,8 @@ def world(tmp_path_factory):
     data = root / "data.json"
     data.write_text(json.dumps(items()))
     texts = [json.dumps(x) for x in items()] * 3
-    return {"root": root, "data": str(data), "toks": {k: tokenizer(k, texts) for k in ("tmpl", "llama", "qwen", "llama3")},
-            "built": {}}
+    toks = {k: tokenizer(kind, texts, vocab_size=300, chat_template=tmpl) for k, (kind, tmpl) in TOKENIZERS.items()}
+    return {"root": root, "data": str(data), "toks": toks, "built": {}}
 
 
 def build(world, name):
@@ -383,13 +248,10 @@ def build(world, name):
     d.mkdir()
     state = {spec.get("prefix", "model.") + k: v for k, v in decoder.state_dict().items()} | spec["heads"]
     save_file({k: v.contiguous() for k, v in state.items()}, d / "model.safetensors", metadata={"format": "pt"})
-    (d / "config.json").write_text(json.dumps(cfg.to_dict() | spec["extra"]))
+    named = write_code(d, spec["remote"]) if "remote" in spec else {}  # the modeling file, named in config.json
+    (d / "config.json").write_text(json.dumps(cfg.to_dict() | spec["extra"] | named))
     for f, heads in spec.get("files", {}).items():
         torch.save(heads, d / f)
-    if "remote" in spec:
-        file, source = spec["remote"]
-        header = REMOTE_HEADER.format(cfg=cfg_cls.__name__, model=model_cls.__name__)
-        (d / f"{file}.py").write_text(textwrap.dedent(header) + source)
     save_tokenizer(tok, d)
     world["built"][name] = (str(d), decoder, spec, tok_kind, adapter)
     return world["built"][name]

@@ -48,8 +48,10 @@ def _local(prep: Prepared, o: ScoreOptions, model_path: str):
     """compute(todo, arrays, on_batch) for a pass in this process."""
 
     def compute(todo, arrays, on_batch):
+        t0 = time.perf_counter()
         model, info = load_for_pass(prep.scorer, model_path, prep.dtype, prep.device, o.trust_remote_code,
                                     o.allow_pickle_weights)
+        info["load_s"] = time.perf_counter() - t0
         try:
             prefix = None
             if prep.plan is not None:
@@ -60,6 +62,7 @@ def _local(prep: Prepared, o: ScoreOptions, model_path: str):
                                     lambda i: sequence_name(prep.samples, i), on_batch, prefix))
             if prefix is not None:
                 info["prefix_sharing"] = prefix.note
+            info["batches_s"] = time.perf_counter() - t0 - info["load_s"]  # the forwards, after loading
             return info
         finally:
             model = prefix = None  # free them before the next pass loads
@@ -71,8 +74,10 @@ def _local(prep: Prepared, o: ScoreOptions, model_path: str):
 def model_pass(prep: Prepared, o: ScoreOptions, model_path: str, role: str, store: Store, hooks=None) -> PassResult:
     """One model over every sequence, through the store. hooks(role, batch) runs after each batch
     (tests count forward calls and inject failures with it)."""
-    fp = model_fingerprint(model_path, store.hashes)
+    t0, read = time.perf_counter(), store.hashes.bytes_hashed
+    fp = model_fingerprint(model_path, store.hashes, content=store.enabled)
     store.hashes.save()
+    fp.update(fingerprint_s=time.perf_counter() - t0, bytes_hashed=store.hashes.bytes_hashed - read)
     key = None
     if fp["sha256"] and prep.tok_key:
         key = pass_key(fp["sha256"], prep.tok_key, str(prep.dtype), prep.device.type, *prep.scorer.pass_key(),

@@ -1,5 +1,5 @@
 """Tiny instances of the reward-model families whose code ships with the model, for tests and
-benchmarks: the one place tests/test_adapters.py and benchmarks/peer/adapters_equivalence.py get
+benchmarks: the one place the adapter tests (tests/adapter_world.py) and benchmarks/peer/adapters_equivalence.py get
 them from (plain models come from tiny.py).
 
 - `REMOTE`: per family, a minimal modeling file of the published architecture (Eurus, Ziya,

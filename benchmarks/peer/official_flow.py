@@ -23,7 +23,10 @@ rewardbench's pipelines are redirected to --device, and run_rm.py's torch.cuda m
 (run_rm.py's default for entries marked quantized, needs bitsandbytes and CUDA) only with
 --quantized, i.e. the default here is run_rm.py's --not_quantized.
 Writes the official results format (each item plus score_chosen / score_rejected, and domain) and,
-with --timing, a JSON of wall time and token counts.
+with --timing, a JSON of wall time and token counts; with --progress, one JSON line per phase and per
+batch as it happens (wall-clock "t"), so a run cut off by a time limit still shows where its time
+went (benchmarks/gpu_e2e.py reads it). The events change no number: they are written between the
+official calls.
 
     benchmarks/peer/.venv/bin/python benchmarks/peer/official_flow.py --mode dpo --model P \
         --ref-model R --data ../shared/rm-bench --limit 20 --output /tmp/official.json
@@ -33,10 +36,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
 DOMAINS = ("chat", "code", "math", "safety-refuse", "safety-response")
+
+
+class EventLog:
+    """--progress FILE: {"event", "t": time.time(), ...} per line, line-buffered (nothing lost when
+    the process is killed); a no-op without a file."""
+
+    def __init__(self, path: str | None):
+        self.file = open(path, "a", buffering=1) if path else None
+
+    def __call__(self, event: str, **fields) -> None:
+        if self.file is not None:
+            self.file.write(json.dumps({"event": event, "t": time.time(), **fields}) + "\n")
 
 
 def load_items(data: str, limit: int | None) -> list[tuple[str, list[dict]]]:
@@ -66,7 +82,7 @@ def style_dataset(items, k, tokenizer, conv):
     return ds.map(prepare_dialogue, fn_kwargs={"dialogue_template": conv})
 
 
-def score_files(files, tokenizer, conv, score_style, flatten=False):
+def score_files(files, tokenizer, conv, score_style, log, flatten=False):
     """Each file, each style index as its own pass, as the official scripts do. score_style(ds)
     returns (chosen scores, rejected scores, real tokens, padded tokens) of one style's dataset.
     flatten: run_rm.py's saving rule, lists of one score each become plain scores."""
@@ -75,7 +91,9 @@ def score_files(files, tokenizer, conv, score_style, flatten=False):
     for domain, items in files:
         chosen, rejected = [[0.0] * 3 for _ in items], [[0.0] * 3 for _ in items]
         for k in range(3):
-            cho, rej, real, pad = score_style(style_dataset(items, k, tokenizer, conv))
+            ds = style_dataset(items, k, tokenizer, conv)
+            log("formatted", domain=domain, style=k, rows=len(ds))
+            cho, rej, real, pad = score_style(ds)
             tokens, padded = tokens + real, padded + pad
             for i, (c, r) in enumerate(zip(cho, rej)):
                 chosen[i][k], rejected[i][k] = c, r
@@ -152,6 +170,7 @@ def run_rm(args, tokenizer, conv, files, dtype):
     model = config["model_builder"](args.model, **model_kwargs, trust_remote_code=args.trust_remote_code)
     pipe = config["pipeline_builder"]("text-classification", model=model, tokenizer=tokenizer)
     args.t_loaded = time.perf_counter()  # timing only: what follows is the scoring
+    args.log("loaded")
     if pipe.tokenizer.pad_token_id is None:
         pipe.model.config.pad_token_id = pipe.tokenizer.eos_token_id
         pipe.tokenizer.pad_token_id = pipe.tokenizer.eos_token_id
@@ -180,9 +199,10 @@ def run_rm(args, tokenizer, conv, files, dtype):
                     out += rewards.float().cpu().numpy().tolist()
                 lens = [len(x) for x in tokenizer(batch[side], truncation=True, max_length=2048)["input_ids"]]
                 real, pad = real + sum(lens), pad + len(lens) * max(lens)
+                args.log("batch", side=side, rows=len(lens), real=sum(lens), padded=len(lens) * max(lens))
         return cho, rej, real, pad
 
-    return score_files(files, tokenizer, conv, score_style, flatten=True)
+    return score_files(files, tokenizer, conv, score_style, args.log, flatten=True)
 
 
 def run_dpo(args, tokenizer, conv, files, dtype):
@@ -202,6 +222,7 @@ def run_dpo(args, tokenizer, conv, files, dtype):
     if ref is not None:
         ref.to(args.device)
     args.t_loaded = time.perf_counter()  # timing only: what follows is the scoring
+    args.log("loaded")
     dpo = DPOInference(model, ref, tokenizer=tokenizer, accelerator=Accelerator(cpu=args.device == "cpu"),
                        ref_free_norm=args.ref_free)
     collate = DPODataCollatorWithPadding(pad_token_id=tokenizer.pad_token_id, label_pad_token_id=-100,
@@ -212,18 +233,21 @@ def run_dpo(args, tokenizer, conv, files, dtype):
         tokenized = ds.map(dpo.tokenize_row, remove_columns=list(ds.features))
         lc = [len(x) for x in tokenized["chosen_input_ids"]]
         lr = [len(x) for x in tokenized["rejected_input_ids"]]
+        args.log("tokenized", rows=len(lc))
         # the collator pads the chosen and rejected rows of a batch to one common length
         pad = sum(2 * len(lc[b:b + 8]) * max(lc[b:b + 8] + lr[b:b + 8]) for b in range(0, len(lc), 8))
         loader = torch.utils.data.DataLoader(tokenized, batch_size=8, shuffle=False, drop_last=False,
                                              collate_fn=collate)
         cho, rej = [], []
-        for batch in loader:
+        for b, batch in enumerate(loader):
             rc, rr = dpo.inference_step(batch, ref_free=ref is None)
             cho += rc.float().tolist()
             rej += rr.float().tolist()
+            rows = lc[8 * b:8 * b + 8] + lr[8 * b:8 * b + 8]
+            args.log("batch", rows=len(rows), real=sum(rows), padded=len(rows) * max(rows))
         return cho, rej, sum(lc) + sum(lr), pad
 
-    return score_files(files, tokenizer, conv, score_style)
+    return score_files(files, tokenizer, conv, score_style, args.log)
 
 
 def main():
@@ -243,7 +267,10 @@ def main():
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--output", required=True)
     ap.add_argument("--timing", default=None)
+    ap.add_argument("--progress", default=None, help="append one JSON line per phase and batch to this file")
     args = ap.parse_args()
+    args.log = EventLog(args.progress)
+    args.log("start", pid=os.getpid())
 
     import torch
     from fastchat.conversation import get_conv_template
@@ -251,11 +278,13 @@ def main():
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    args.log("imported")
     t0 = time.perf_counter()
     dtype = getattr(torch, args.dtype)
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.model, trust_remote_code=args.trust_remote_code)
     conv = get_conv_template(args.chat_template)
     files = load_items(args.data, args.limit)
+    args.log("tokenizer", files=len(files), prompts=sum(len(items) for _, items in files))
     with torch.no_grad():
         run = run_rm if args.mode == "rm" else run_dpo
         results, tokens, padded = run(args, tokenizer, conv, files, dtype)
@@ -269,6 +298,7 @@ def main():
         info["peak_gpu_gib"] = torch.cuda.max_memory_allocated() / 2**30
     if args.timing:
         Path(args.timing).write_text(json.dumps(info))
+    args.log("done", **info)
     print(json.dumps(info))
 
 

@@ -4,11 +4,13 @@
 #   2. the log-prob op benchmark at real model shapes (benchmarks/logprob_op.py --device cuda);
 #   3. end-to-end DPO with a reference at a 1B-class shape (V=128256, bf16): rmbench-fast against the
 #      official flow (benchmarks/gpu_e2e.py), when the official flow's wheels are here
-#      (.whl/peer, made by benchmarks/peer/gpu_wheels.sh and carried to the machine).
+#      (.whl/peer, made by benchmarks/peer/gpu_wheels.sh and carried to the machine);
+#   4. a tile-configuration sweep of the kernel at the shapes that miss the 1.15x goal
+#      (benchmarks/logprob_tune.py), until TUNE_BUDGET seconds (default 100) are spent.
 # Each step writes JSON under OUT_DIR; the last lines are one summary table.
 #
 # usage: bash benchmarks/gpu_check.sh [OUT_DIR]      (default OUT_DIR: $OUT, else benchmarks/results)
-#   STEPS=1,2,3   which steps                          DATA=RM-Bench folder (default ../shared/rm-bench;
+#   STEPS=1,2,3,4 which steps                          DATA=RM-Bench folder (default ../shared/rm-bench;
 #   LIMIT=20      prompts per domain (step 3)               the device machine needs a copy in the checkout)
 #   OFFICIAL_TIMEOUT=150  seconds the official flow may run in step 3; past it, it is stopped and its
 #                 progress log says where its time went and how fast it scored (gpu_e2e.py)
@@ -18,7 +20,8 @@ cd "$(dirname "$0")/.."
 OUT_DIR=${1:-${OUT:-benchmarks/results}}
 DATA=${DATA:-../shared/rm-bench}
 LIMIT=${LIMIT:-20}
-STEPS=${STEPS:-1,2,3}
+STEPS=${STEPS:-1,2,3,4}
+TUNE_BUDGET=${TUNE_BUDGET:-100}
 OFFICIAL_TIMEOUT=${OFFICIAL_TIMEOUT:-150}
 mkdir -p "$OUT_DIR"
 export PYTHONUNBUFFERED=1 TRITON_INTERPRET=0 HF_HUB_OFFLINE=1
@@ -63,6 +66,13 @@ if has 3; then
     "${peer[@]}" --timeout 180 --official-timeout "$OFFICIAL_TIMEOUT" || status=1
 fi
 
+if has 4; then
+  echo "== 4. kernel tile sweep at the shapes that miss the goal (budget ${TUNE_BUDGET} s)"
+  timeout $((TUNE_BUDGET + 90)) $PY benchmarks/logprob_tune.py --budget-s "$TUNE_BUDGET" \
+    --out "$OUT_DIR/logprob_tune-cuda.json" 2>&1 | tee "$OUT_DIR/logprob_tune-cuda.log" | tail -8
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+
 echo "== summary"
 $PY - "$OUT_DIR" <<'PY'
 import json, sys
@@ -75,6 +85,12 @@ if op.is_file():
     print("fused op / bare matmul:", ", ".join(f"N={n} V={v} d={k}: {r['time_vs_matmul']:.2f}x"
                                             for (n, v, k), r in sorted(rows.items())))
     print("goals met:", d.get("goals_met"))
+tune = out / "logprob_tune-cuda.json"
+if tune.is_file():
+    for r in json.loads(tune.read_text())["rows"]:
+        b = r.get("best")
+        print(f"tile sweep N={r['N']} V={r['V']} d={r['d']}: " + (f"best {r['best_vs_matmul']:.3f}x matmul, "
+              f"{b['config']} chunk {b['chunk_v']}" if b else "no candidate finished"))
 e2e = out / "gpu_e2e_dpo.json"
 if e2e.is_file():
     d = json.loads(e2e.read_text())

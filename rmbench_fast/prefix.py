@@ -4,9 +4,11 @@ so they are computed once per prompt and the six responses run on top of that KV
 
 The plan (prepare.prepare) gives every sequence its shared prefix length and cuts the prompts into
 waves whose prefix caches fit a memory budget; batches are made per wave from the suffix lengths.
-PrefixKV (per model pass) computes a wave's prefix caches when its first batch arrives and builds
-each suffix batch's inputs: the prefixes right-aligned in a cache (left holes masked), the
-suffixes right-padded after them, position ids continuing from each row's own prefix.
+PrefixKV (per model pass) computes a wave's prefix caches when its first batch arrives, keeping
+each layer's keys and values of the whole wave in one flat [tokens + 1, kv heads, head dim] tensor
+(the last row zeros), and builds each suffix batch's inputs: the prefixes right-aligned in a cache
+(left holes masked, read from the zero row), gathered with one index per layer, the suffixes
+right-padded after them, position ids continuing from each row's own prefix.
 
 A prefix never covers a position that is read out (each scorer's `readout_limit`: RM pools at the
 last non-pad token, DPO reads the hidden states from the one before the first response token). Sharing is checked once per pass
@@ -142,7 +144,8 @@ class PrefixKV:
         self.pending = np.asarray(pending, dtype=np.int64)  # sequences this pass will score
         self.base = model.base_model if getattr(model, "base_model", None) not in (None, model) else model
         self.kw_base, self.kw_model = _cache_kw(self.base), _cache_kw(model)
-        self.kv: dict[int, list] = {}
+        self.flat: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer: the wave's keys, values
+        self.start: dict[int, int] = {}  # prompt (group) -> its prefix's first row in `flat`
         self.wave = None
         self.enabled = True
         self.checked = False
@@ -150,7 +153,7 @@ class PrefixKV:
 
     @torch.inference_mode()
     def _load_wave(self, w: int):
-        self.kv.clear()
+        self.flat, self.start = [], {}
         self.wave = w
         rows = self.pending[(self.plan.wave[self.pending] == w) & (self.plan.prefix[self.pending] > 0)]
         if not len(rows):
@@ -158,14 +161,23 @@ class PrefixKV:
         groups, first = np.unique(self.plan.group[rows], return_index=True)
         lead = rows[first]  # one sequence per prompt
         lens = self.plan.prefix[lead]
+        starts = np.concatenate([[0], np.cumsum(lens)])
+        self.start = {int(g): int(o) for g, o in zip(groups, starts)}
         prefixes = [self.seqs[i][:p] for i, p in zip(lead, lens)]
         for b in make_batches(lens, self.max_tokens):
             ids, _ = pad_rows([prefixes[j] for j in b.indices], b.max_len, self.pad_id, self.device)
             out = self.base(input_ids=ids, use_cache=True)
             layers = _layers(out.get("cache") if out.get("cache") is not None else out.get("past_key_values"))
-            for r, j in enumerate(b.indices):
-                p = int(lens[j])
-                self.kv[int(groups[j])] = [(k[r, :, :p].clone(), v[r, :, :p].clone()) for k, v in layers]
+            p = torch.as_tensor(lens[b.indices], device=self.device)
+            real = torch.arange(b.max_len, device=self.device)[None, :] < p[:, None]  # [rows, max_len]
+            to = torch.as_tensor(np.concatenate([np.arange(starts[j], starts[j] + lens[j]) for j in b.indices]),
+                                 device=self.device)
+            for layer, (k, v) in enumerate(layers):
+                if not self.flat:  # first batch: allocate every layer's flat store (+ one zero row)
+                    self.flat = [(k.new_zeros((int(starts[-1]) + 1, k.shape[1], k.shape[3])),
+                                  v.new_zeros((int(starts[-1]) + 1, v.shape[1], v.shape[3]))) for k, v in layers]
+                self.flat[layer][0][to] = k.transpose(1, 2)[real]  # [tokens, kv heads, head dim], rows in order
+                self.flat[layer][1][to] = v.transpose(1, 2)[real]
         if not self.checked:
             self.checked = True
             self._check(rows)
@@ -180,7 +192,7 @@ class PrefixKV:
         tol = 1e-3 if self.model.dtype == torch.float32 else 5e-2
         err = float((shared - full).abs().max() / full.abs().max().clamp_min(1e-6))
         if not err <= tol:
-            self.enabled, self.kv = False, {}
+            self.enabled, self.flat, self.start = False, [], {}
             self.note = f"off: shared and plain states differ ({err:.2e} relative) for {type(self.model).__name__}"
             log.warning("prefix sharing %s; scoring without it", self.note)
 
@@ -208,14 +220,11 @@ class PrefixKV:
         off_t = torch.as_tensor(off, device=self.device)
         prefix_mask = (torch.arange(pm, device=self.device)[None, :] >= pm - off_t[:, None]).long()
         pos = off_t[:, None] + torch.arange(ids.shape[1], device=self.device)[None, :]
-        shape = self.kv[int(self.plan.group[rows[int(off.argmax())]])]
-        layers = [(k.new_zeros((len(rows), k.shape[0], pm, k.shape[2])),
-                   v.new_zeros((len(rows), v.shape[0], pm, v.shape[2]))) for k, v in shape]
-        for r, i in enumerate(rows):
-            p = int(off[r])
-            if p:
-                for (k_all, v_all), (k, v) in zip(layers, self.kv[int(self.plan.group[i])]):
-                    k_all[r, :, pm - p:] = k
-                    v_all[r, :, pm - p:] = v
+        # the flat row of each (row, cache slot): its prefix's tokens right-aligned, the holes the zero row
+        first = np.array([self.start.get(int(g), 0) for g in self.plan.group[rows]])
+        rel = np.arange(pm)[None, :] - (pm - off)[:, None]
+        zero_row = self.flat[0][0].shape[0] - 1
+        idx = torch.as_tensor(np.where(rel >= 0, first[:, None] + rel, zero_row), device=self.device)
+        layers = [(k[idx].transpose(1, 2), v[idx].transpose(1, 2)) for k, v in self.flat]  # [rows, kv heads, pm, dim]
         return {"input_ids": ids, "attention_mask": torch.cat([prefix_mask, suffix_mask], dim=1),
                 "position_ids": pos, self.kw_base if base else self.kw_model: _new_cache(layers), "use_cache": True}

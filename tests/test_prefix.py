@@ -69,10 +69,10 @@ def test_dpo_shared_matches_official(models, data_path, ref_free, tiny_waves):
     assert np.all(np.abs(run.rejected - rejected) <= tol)
 
 
-def _dpo_setup(models, data_path):
+def _dpo_setup(models, data_path, limit=3):
     m = models["tmpl"]["policy"]
     tok = AutoTokenizer.from_pretrained(m)
-    samples = load_dataset(data_path, limit=3)
+    samples = load_dataset(data_path, limit=limit)
     seqs = encode_run(samples, m, "dpo")
     model = AutoModelForCausalLM.from_pretrained(m).eval()
     return model, seqs, [e.ids for e in seqs], [e.start for e in seqs], tok.eos_token_id
@@ -88,10 +88,12 @@ def _plain_stats(model, ids, starts, pad):
     return np.array(out)
 
 
-def test_rows_of_different_prefixes_in_one_batch(models, data_path):
-    """Prefix lengths 0, short and full side by side in the same batches, across waves: each
-    sequence's log-probs equal its plain whole-sequence ones."""
-    model, seqs, ids, starts, eos = _dpo_setup(models, data_path)
+@pytest.mark.parametrize("limit, prefix_batch_tokens", [(3, 4000), (6, 16)])
+def test_rows_of_different_prefixes_in_one_batch(models, data_path, limit, prefix_batch_tokens):
+    """Prefix lengths 0, short and full side by side in the same batches, across waves, a wave's
+    prefixes computed in one batch or in several: each sequence's log-probs equal its plain
+    whole-sequence ones."""
+    model, seqs, ids, starts, eos = _dpo_setup(models, data_path, limit)
     limits = readout_limits(ids, starts, "dpo", eos)
     plan = plan_prefixes(ids, limits, kv_bytes_per_token=1, budget_bytes=10**9)
     full = plan.prefix.copy()
@@ -105,7 +107,7 @@ def test_rows_of_different_prefixes_in_one_batch(models, data_path):
     assert any(len(set(plan.prefix[b.indices])) > 1 for b in batches)
     n = len(ids)
     total = np.zeros(n)
-    kv = PrefixKV(model, ids, plan, np.arange(n), eos, torch.device("cpu"), 4000)
+    kv = PrefixKV(model, ids, plan, np.arange(n), eos, torch.device("cpu"), prefix_batch_tokens)
     for b in batches:
         total[b.indices] = batch_logprob_stats(model, seqs, b, eos, torch.device("cpu"), "torch", lm_head_of(model),
                                                prefix=kv)["total"]

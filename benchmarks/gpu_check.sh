@@ -5,14 +5,14 @@
 #   3. end-to-end DPO with a reference at a 1B-class shape (V=128256, bf16): rmbench-fast against the
 #      official flow (benchmarks/gpu_e2e.py), when the official flow's wheels are here
 #      (.whl/peer, made by benchmarks/peer/gpu_wheels.sh and carried to the machine);
-#   4. a tile-configuration sweep of the kernel at the shapes that miss the 1.15x goal
-#      (benchmarks/logprob_tune.py), until TUNE_BUDGET seconds (default 100) are spent.
+#   4. a tile-configuration sweep of the kernel (pointer and TMA loads) at the shapes that miss the 1.15x goal
+#      (benchmarks/logprob_tune.py), until TUNE_BUDGET seconds (default 120) are spent.
 # Each step writes JSON under OUT_DIR; the last lines are one summary table.
 #
 # usage: bash benchmarks/gpu_check.sh [OUT_DIR]      (default OUT_DIR: $OUT, else benchmarks/results)
 #   STEPS=1,2,3,4 which steps                          DATA=RM-Bench folder (default ../shared/rm-bench;
 #   LIMIT=20      prompts per domain (step 3)               the device machine needs a copy in the checkout)
-#   OFFICIAL_TIMEOUT=150  seconds the official flow may run in step 3; past it, it is stopped and its
+#   OFFICIAL_TIMEOUT=120  seconds the official flow may run in step 3; past it, it is stopped and its
 #                 progress log says where its time went and how fast it scored (gpu_e2e.py)
 #   RMBENCH_LOGPROB_TUNING=0 pins the kernel's tile configuration (no autotuning time in step 3)
 set -uo pipefail
@@ -21,8 +21,8 @@ OUT_DIR=${1:-${OUT:-benchmarks/results}}
 DATA=${DATA:-../shared/rm-bench}
 LIMIT=${LIMIT:-20}
 STEPS=${STEPS:-1,2,3,4}
-TUNE_BUDGET=${TUNE_BUDGET:-100}
-OFFICIAL_TIMEOUT=${OFFICIAL_TIMEOUT:-150}
+TUNE_BUDGET=${TUNE_BUDGET:-120}
+OFFICIAL_TIMEOUT=${OFFICIAL_TIMEOUT:-120}
 mkdir -p "$OUT_DIR"
 export PYTHONUNBUFFERED=1 TRITON_INTERPRET=0 HF_HUB_OFFLINE=1
 PY=${PYTHON:-python3}

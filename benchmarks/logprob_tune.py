@@ -1,6 +1,7 @@
 """A tile-configuration sweep of the fused log-prob kernel where it misses its goal (on an H200,
 1.22-1.29x the bare matmul at N = 4096-8192, goal 1.15x; benchmarks/results/logprob_op-cuda.json):
-each candidate (BLOCK_N x BLOCK_V x BLOCK_D, GROUP_N, warps, stages, vocabulary chunk) pinned and
+each candidate (BLOCK_N x BLOCK_V x BLOCK_D, GROUP_N, warps, stages, vocabulary chunk, tiles loaded
+by pointers or through TMA tensor descriptors) pinned and
 timed with CUDA events against the bare cuBLAS matmul of the same shape, its result checked
 against the fixed configuration's (RMBENCH_LOGPROB_TUNING=0; no autotuning here: step 2 already
 reports the autotuned times). The JSON (per shape: every
@@ -26,12 +27,12 @@ SHAPES = [(4096, 128256, 4096, None), (4096, 152064, 3584, None), (8192, 128256,
           (8192, 152064, 3584, None), (4096, 151936, 2048, None), (4096, 256000, 3584, 30.0),
           (8192, 151936, 2048, None), (8192, 256000, 3584, 30.0)]
 # (BLOCK_N, BLOCK_V, BLOCK_D, GROUP_N, num_warps, num_stages)
-TILES = [(128, 256, 64, 8, 8, 3), (128, 256, 64, 8, 8, 4), (128, 256, 64, 16, 8, 3), (256, 128, 64, 8, 8, 3),
-         (256, 128, 64, 16, 8, 3), (128, 256, 32, 8, 8, 4), (256, 128, 32, 8, 8, 4), (128, 128, 64, 8, 4, 4),
-         (128, 128, 64, 8, 8, 4)]
-CHUNKS = (1024, 2048, 4096)
+TILES = [(128, 256, 64, 8, 8, 3), (128, 256, 64, 8, 8, 4), (256, 128, 64, 8, 8, 3), (128, 256, 64, 16, 8, 3),
+         (128, 256, 32, 8, 8, 4), (128, 128, 64, 8, 8, 4)]  # the first: FIXED["half"], the autotuner's usual pick
+CHUNKS = (1024, 4096)
 SMOKE_TILES = [(16, 32, 16, 4, 4, 1), (32, 32, 16, 2, 4, 1)]
 SMOKE_CHUNKS = (64, 128)
+LOADS = (False, True)  # TMA
 
 
 def parse_shape(text: str) -> tuple:
@@ -77,23 +78,22 @@ def sweep_shape(n, v, d, cap, tiles, chunks, device, dtype, timed, deadline) -> 
     ref = fused_linear_logprobs(h, w, t, softcap=cap, config=fixed)
     row["fixed_config"] = fixed
     row["candidates"] = []
-    for bn, bv, bd, group, warps, stages in tiles:
-        for chunk in chunks:
-            if time.monotonic() > deadline:
-                row["stopped"] = "budget"
-                return row
-            if chunk % bv:
-                continue
-            cfg = dict(BLOCK_N=bn, BLOCK_V=bv, BLOCK_D=bd, GROUP_N=group, num_warps=warps, num_stages=stages)
-            cand = {"config": cfg, "chunk_v": chunk}
-            try:
-                fn = lambda: fused_linear_logprobs(h, w, t, softcap=cap, config=cfg, chunk_v=chunk)  # noqa: E731
-                cand["max_abs_diff_vs_fixed"] = float((fn() - ref).abs().max())
-                cand["time_s"] = timed(fn)
-                cand["time_vs_matmul"] = cand["time_s"] / row["matmul_s"]
-            except Exception as e:  # noqa: BLE001 - too much shared memory, registers: recorded, not fatal
-                cand["error"] = f"{type(e).__name__}: {str(e)[:200]}"
-            row["candidates"].append(cand)
+    for (bn, bv, bd, group, warps, stages), chunk, tma in ((x, c, m) for x in tiles for c in chunks for m in LOADS):
+        if time.monotonic() > deadline:
+            row["stopped"] = "budget"
+            return row
+        if chunk % bv:
+            continue
+        cfg = dict(BLOCK_N=bn, BLOCK_V=bv, BLOCK_D=bd, GROUP_N=group, num_warps=warps, num_stages=stages, TMA=tma)
+        cand = {"config": cfg, "chunk_v": chunk}
+        try:
+            fn = lambda: fused_linear_logprobs(h, w, t, softcap=cap, config=cfg, chunk_v=chunk)  # noqa: E731
+            cand["max_abs_diff_vs_fixed"] = float((fn() - ref).abs().max())
+            cand["time_s"] = timed(fn)
+            cand["time_vs_matmul"] = cand["time_s"] / row["matmul_s"]
+        except Exception as e:  # noqa: BLE001 - too much shared memory, registers: recorded, not fatal
+            cand["error"] = f"{type(e).__name__}: {str(e)[:200]}"
+        row["candidates"].append(cand)
     return row
 
 

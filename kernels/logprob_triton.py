@@ -21,7 +21,10 @@ Precision: bf16 / fp16 inputs use the tensor cores (tl.dot's default) with fp32 
 products are exact in fp32. fp32 inputs default to exact IEEE fp32 products (input_precision
 "ieee", FMA units, no tensor cores) so results match an fp32 reference at 1e-4; fp32_precision=
 "tf32" trades that for tensor-core speed (about 5e-3 off). Tuning: triton.autotune keyed on (V,
-d, dtypes, N bucket); RMBENCH_LOGPROB_TUNING=0 or config= pins one configuration; under
+d, dtypes, N bucket) over the lists of logprob_configs.py; RMBENCH_LOGPROB_TUNING=0 or config= pins
+one configuration; config["TMA"] loads the tiles through host-side tensor descriptors (Hopper's
+tensor memory accelerator; bit-identical to the pointer loads, not in the autotune lists until a
+GPU shows it faster: benchmarks/logprob_tune.py); under
 TRITON_INTERPRET=1 (CPU tests) one small fixed configuration, and bf16 tiles are upcast to fp32
 before tl.dot (the interpreter's half-precision dot is wrong). Targets are validated after the
 launch (they only select values, never addresses), so the check's device sync overlaps the kernel.
@@ -36,45 +39,10 @@ import triton
 import triton.language as tl
 
 from .common import LN2, check_targets, head_multipliers, n_bucket, tuning_enabled
+from .logprob_configs import FIXED, FP32_CONFIGS, HALF_CONFIGS, INTERPRETER, prune  # noqa: F401 (re-exported)
 
 _LN2 = tl.constexpr(LN2)  # Triton kernels read globals only as constexpr
 MAX_ROWS = 16384
-INTERPRETER = dict(BLOCK_N=16, BLOCK_V=32, BLOCK_D=16, GROUP_N=4, num_warps=4, num_stages=1)
-FIXED = {  # RMBENCH_LOGPROB_TUNING=0: one configuration per input dtype, no timing
-    "half": dict(BLOCK_N=128, BLOCK_V=256, BLOCK_D=64, GROUP_N=8, num_warps=8, num_stages=3),
-    "fp32": dict(BLOCK_N=64, BLOCK_V=128, BLOCK_D=32, GROUP_N=8, num_warps=4, num_stages=3),
-}
-
-
-def _config(bn, bv, bd, warps, stages, group=8):
-    return triton.Config(dict(BLOCK_N=bn, BLOCK_V=bv, BLOCK_D=bd, GROUP_N=group), num_warps=warps, num_stages=stages)
-
-
-HALF_CONFIGS = [  # bf16 / fp16: tensor-core tiles (on an H200, 128x256x64 won most shapes, 256x128x64 the rest)
-    _config(128, 256, 64, 8, 3), _config(128, 256, 64, 8, 4), _config(256, 128, 64, 8, 3),
-    _config(256, 128, 32, 8, 4), _config(128, 128, 64, 8, 4), _config(64, 128, 64, 4, 4)]  # the last for small N
-FP32_CONFIGS = [_config(64, 64, 32, 4, 3), _config(64, 128, 32, 4, 3), _config(32, 128, 32, 4, 3)]  # FMA units
-
-
-def _max_shared_mem() -> int:
-    try:
-        from triton.runtime import driver
-
-        return driver.active.utils.get_device_properties(torch.cuda.current_device())["max_shared_mem"]
-    except Exception:  # interpreter, or a driver without the query: assume the smallest recent GPU
-        return 99 * 1024
-
-
-def _prune(configs, named_args, **kwargs):
-    """The configurations for the input dtype whose pipelined tiles fit in shared memory."""
-    elem = named_args["h_ptr"].element_size()
-    smem = _max_shared_mem()
-    mine = [c for c in configs if (c in FP32_CONFIGS) == (elem == 4)]
-    keep = [c for c in mine
-            if c.num_stages * (c.kwargs["BLOCK_N"] + c.kwargs["BLOCK_V"]) * c.kwargs["BLOCK_D"] * elem <= smem]
-    return keep or [min(mine, key=lambda c: c.num_stages * c.kwargs["BLOCK_N"] * c.kwargs["BLOCK_V"])]
-
-
 @triton.jit
 def _tanh(x):
     # tanh(x) = sign(x) * (1 - e^{-2|x|}) / (1 + e^{-2|x|}), stable for large |x|; e^y = 2^(y log2 e)
@@ -126,12 +94,12 @@ def _fold_tile(acc, cols, col_ok, b_ptr, tgt, m, s, z_tgt, pre, post,
 
 @triton.jit
 def _linear_chunk_kernel(
-    h_ptr, w_ptr, b_ptr, t_ptr, m_ptr, s_ptr, z_ptr,
+    h_ptr, w_ptr, b_ptr, t_ptr, m_ptr, s_ptr, z_ptr, h_desc, w_desc,  # descriptors: TMA only
     N, V, D, N_BUCKET,  # N_BUCKET: only an autotuning key
     stride_hn, stride_wv,
     pre, post,  # z = acc * pre, or post * tanh(acc * pre) with soft-capping: the logit times log2(e)
     CHUNK_V: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SOFTCAP: tl.constexpr, CAPPED_MAX: tl.constexpr,
-    EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+    EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr, TMA: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_D: tl.constexpr, GROUP_N: tl.constexpr,
 ):
     # grouped order: GROUP_N row tiles x one chunk, then the next chunk, as the matmul tutorial
@@ -161,7 +129,17 @@ def _linear_chunk_kernel(
         w_cols = w_ptr + tl.where(col_ok, cols, 0).to(tl.int64)[None, :] * stride_wv  # V * d may exceed 2^31
         acc = tl.zeros((BLOCK_N, BLOCK_V), tl.float32)
         for d0 in range(0, D, BLOCK_D):
-            acc = _dot_step(acc, h_rows, w_cols, d0, D, EVEN_D, IEEE, UPCAST, BLOCK_D)
+            if TMA:  # tensor-memory-accelerator loads (Hopper+), zero-filled past N, V and d: no masks
+                a = h_desc.load([tile * BLOCK_N, d0])
+                b = w_desc.load([v0, d0]).T
+                if UPCAST:
+                    acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+                elif IEEE:
+                    acc = tl.dot(a, b, acc, input_precision="ieee")
+                else:
+                    acc = tl.dot(a, b, acc)
+            else:
+                acc = _dot_step(acc, h_rows, w_cols, d0, D, EVEN_D, IEEE, UPCAST, BLOCK_D)
         m, s, z_tgt = _fold_tile(acc, cols, col_ok, b_ptr, tgt, m, s, z_tgt, pre, post,
                                  HAS_BIAS, HAS_SOFTCAP, CAPPED_MAX)
     part = chunk.to(tl.int64) * N + rows
@@ -173,7 +151,7 @@ def _linear_chunk_kernel(
 _heuristics = triton.heuristics({"EVEN_D": lambda a: a["D"] % a["BLOCK_D"] == 0})
 _linear_fixed = _heuristics(_linear_chunk_kernel)
 _linear_tuned = triton.autotune(HALF_CONFIGS + FP32_CONFIGS, key=["V", "D", "N_BUCKET"],
-                                prune_configs_by={"early_config_prune": _prune})(_heuristics(_linear_chunk_kernel))
+                                prune_configs_by={"early_config_prune": prune})(_heuristics(_linear_chunk_kernel))
 
 
 @triton.jit
@@ -230,7 +208,9 @@ def fused_linear_logprobs(h, weight, targets, bias=None, scale=None, softcap=Non
     The head: (h @ W^T + b) * scale / divisor, then softcap * tanh(. / softcap).
 
     config: pin one tile configuration (dict of BLOCK_N, BLOCK_V, BLOCK_D, GROUP_N, num_warps,
-    num_stages) instead of autotuning; fp32_precision: "ieee" (exact) or "tf32" for fp32 inputs."""
+    num_stages, and optionally TMA: True to load tiles through tensor descriptors, for GPUs with a
+    tensor memory accelerator; measured by benchmarks/logprob_tune.py, not yet autotuned) instead of
+    autotuning; fp32_precision: "ieee" (exact) or "tf32" for fp32 inputs."""
     n, d = h.shape
     v = weight.shape[0]
     if targets.shape != (n,):
@@ -258,9 +238,12 @@ def fused_linear_logprobs(h, weight, targets, bias=None, scale=None, softcap=Non
                  IEEE=fp32 and fp32_precision == "ieee", UPCAST=interpreting() and not fp32)
     if config is None and (interpreting() or not tuning_enabled()):
         config = INTERPRETER if interpreting() else FIXED["fp32" if fp32 else "half"]
+    config = dict(config) if config is not None else None
+    flags["TMA"] = bool(config and config.pop("TMA", False))
     for r0 in range(0, n, rows):
         r = min(rows, n - r0)
-        args = (h[r0:r0 + r], weight, bias if bias is not None else h, targets[r0:r0 + r], m, s, z,
+        descs = _descriptors(h[r0:r0 + r], weight, config) if flags["TMA"] else (None, None)
+        args = (h[r0:r0 + r], weight, bias if bias is not None else h, targets[r0:r0 + r], m, s, z, *descs,
                 r, v, d, n_bucket(r), h.stride(0), weight.stride(0), pre, post)
         if config is not None:
             grid = (triton.cdiv(r, config["BLOCK_N"]) * n_chunks,)
@@ -272,6 +255,18 @@ def fused_linear_logprobs(h, weight, targets, bias=None, scale=None, softcap=Non
     # lets the check's device sync overlap the kernels
     check_targets(targets, n, v)
     return out
+
+
+def _descriptors(h, weight, config):
+    """Host-side tensor descriptors of h [N, d] and W [V, d] with the configuration's tile shapes."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    if h.is_cuda and torch.cuda.get_device_capability(h.device)[0] < 9:
+        raise ValueError("TMA loads need a GPU with a tensor memory accelerator (compute capability 9.0+)")
+    if any(t.data_ptr() % 16 or (t.stride(0) * t.element_size()) % 16 for t in (h, weight)):
+        raise ValueError("TMA loads need 16-byte aligned rows (hidden size a multiple of 16 bytes)")
+    return (TensorDescriptor.from_tensor(h, [config["BLOCK_N"], config["BLOCK_D"]]),
+            TensorDescriptor.from_tensor(weight, [config["BLOCK_V"], config["BLOCK_D"]]))
 
 
 def tuned_config() -> dict | None:

@@ -125,6 +125,30 @@ def test_triton_other_tilings(config, chunk_v, softcap):
     assert err(ours, reference_linear_logprobs(h, w, t, dtype=torch.float64, **kw)) <= 1e-4
 
 
+
+@triton_interp
+@pytest.mark.parametrize("dtype, d", [(torch.float32, 36), (torch.bfloat16, 40)])  # d: no BLOCK_D divides it
+@pytest.mark.parametrize("head", [dict(), dict(bias=True, scale=1.3, softcap=3.0), dict(softcap=60.0)],
+                         ids=["plain", "full", "running-max"])
+def test_triton_tma_loads(dtype, d, head):
+    """Tiles loaded through tensor descriptors (zero-filled past N, V and d, no masks): the same
+    log-probs as the pointer loads of the same tiles, bit for bit, and the float64 reference's."""
+    from rmbench_fast.kernels.logprob_configs import INTERPRETER
+    from rmbench_fast.kernels.logprob_triton import fused_linear_logprobs
+
+    if DEVICE == "cuda" and torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("TMA needs compute capability 9.0+")
+    h, w, t, kw = make(37, 997, d, dtype=dtype, **head)
+    t[0], t[-1] = 0, 996
+    plain = fused_linear_logprobs(h, w, t, config=INTERPRETER, **kw)
+    tma = fused_linear_logprobs(h, w, t, config={**INTERPRETER, "TMA": True}, **kw)
+    assert torch.equal(tma, plain)
+    exact = reference_linear_logprobs(h, w, t, dtype=torch.float64, **kw)
+    assert err(tma, exact) <= (1e-4 if dtype == torch.float32 else 5e-3)
+    with pytest.raises(ValueError, match="16-byte aligned"):  # a bf16 row of 20 values is 40 bytes
+        fused_linear_logprobs(h[:, :20].contiguous().to(torch.bfloat16), w[:, :20].contiguous().to(torch.bfloat16),
+                              t, config={**INTERPRETER, "TMA": True})
+
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_logits_logprobs(impl, dtype):
@@ -206,17 +230,18 @@ def test_auto_times_once_per_shape_bucket(monkeypatch):
 def test_extra_memory_and_config_pruning(monkeypatch):
     """The partial buffers stay under 64 MiB at N = 16384, V = 256000 (and for a 1M vocabulary);
     autotuning keeps the configurations of the input dtype that fit in shared memory."""
+    import rmbench_fast.kernels.logprob_configs as C
     import rmbench_fast.kernels.logprob_triton as T
 
     monkeypatch.setattr(T, "interpreting", lambda: False)  # the GPU's chunk sizes
     assert T.chunk_size(256000) == 1024 and T.chunk_size(1_000_000) == 4096
     assert T.partial_bytes(16384, 256000) <= 64 * 2**20 and T.partial_bytes(10**6, 10**6) <= 64 * 2**20
-    monkeypatch.setattr(T, "_max_shared_mem", lambda: 100 * 1024)
-    half = T._prune(T.HALF_CONFIGS + T.FP32_CONFIGS, {"h_ptr": torch.zeros(1, dtype=torch.bfloat16)})
+    monkeypatch.setattr(C, "max_shared_mem", lambda: 100 * 1024)
+    half = C.prune(T.HALF_CONFIGS + T.FP32_CONFIGS, {"h_ptr": torch.zeros(1, dtype=torch.bfloat16)})
     assert half and all(c in T.HALF_CONFIGS for c in half) and len(half) < len(T.HALF_CONFIGS)
     assert all(c.num_stages * (c.kwargs["BLOCK_N"] + c.kwargs["BLOCK_V"]) * c.kwargs["BLOCK_D"] * 2 <= 100 * 1024
                for c in half)
-    fp32 = T._prune(T.HALF_CONFIGS + T.FP32_CONFIGS, {"h_ptr": torch.zeros(1)})
+    fp32 = C.prune(T.HALF_CONFIGS + T.FP32_CONFIGS, {"h_ptr": torch.zeros(1)})
     assert fp32 and all(c in T.FP32_CONFIGS for c in fp32)
 
 

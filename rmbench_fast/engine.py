@@ -79,8 +79,9 @@ def model_pass(prep: Prepared, o: ScoreOptions, model_path: str, role: str, stor
     store.hashes.save()
     fp.update(fingerprint_s=time.perf_counter() - t0, bytes_hashed=store.hashes.bytes_hashed - read)
     key = None
-    if fp["sha256"] and prep.tok_key:
-        key = pass_key(fp["sha256"], prep.tok_key, str(prep.dtype), prep.device.type, *prep.scorer.pass_key(),
+    model_key = fp["sha256"] or fp.get("stat_key")  # stat_key: --no-cache, results kept in memory only
+    if model_key and prep.tok_key:
+        key = pass_key(model_key, prep.tok_key, str(prep.dtype), prep.device.type, *prep.scorer.pass_key(),
                        prep.max_tokens, o.max_batch_size, *(prep.plan.key() if prep.plan is not None else ()))
     if o.engine == "ray":
         from .distributed import RayConfig, ray_compute

@@ -22,7 +22,7 @@ from .atomic import atomic_write_json
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 CHUNK_BYTES = 64 << 20
-TREE_SCHEME = "sha256-tree-64MiB"  # in every cached entry: entries of another scheme are recomputed
+TREE_SCHEME = f"sha256-tree-{CHUNK_BYTES}"  # in every cached entry: entries of another scheme are recomputed
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
                    "chat_template.json", "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json")
 
@@ -36,6 +36,10 @@ def sha256_text(*parts) -> str:
 
 
 def hash_threads() -> int:
+    """One per core, at most 16; RMBENCH_HASH_THREADS overrides (1 for a disk that reads best in
+    one sequential stream: a spinning disk, some network file systems)."""
+    if os.environ.get("RMBENCH_HASH_THREADS"):
+        return max(1, int(os.environ["RMBENCH_HASH_THREADS"]))
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
@@ -44,8 +48,9 @@ def hash_threads() -> int:
 
 
 def tree_sha256(path: Path, size: int, threads: int | None = None, chunk: int = CHUNK_BYTES) -> str:
-    """sha256 over `size`, then the sha256 of each `chunk`-byte piece of the file in order; the
-    pieces are hashed by `threads` threads at once (the digest does not depend on how many)."""
+    """sha256 over "sha256-tree:{chunk}:{size}:", then the sha256 of each `chunk`-byte piece of the
+    file in order; the pieces are hashed by `threads` threads at once (the digest does not depend on
+    how many)."""
     n = max(1, -(-size // chunk))
 
     def piece(i: int) -> bytes:
@@ -63,7 +68,7 @@ def tree_sha256(path: Path, size: int, threads: int | None = None, chunk: int = 
 
     with ThreadPoolExecutor(max(1, min(threads or hash_threads(), n))) as pool:
         digests = list(pool.map(piece, range(n)))
-    top = hashlib.sha256(f"{TREE_SCHEME}:{size}:".encode())
+    top = hashlib.sha256(f"sha256-tree:{chunk}:{size}:".encode())
     for d in digests:
         top.update(d)
     return top.hexdigest()
@@ -119,9 +124,10 @@ def local_model_dir(path: str) -> Path | None:
 
 def model_fingerprint(path: str, hashes: HashCache, content: bool = True) -> dict:
     """{"sha256", "path", "files"}: config content plus each weight file's name, size and content
-    hash; without `content` (no store on disk), each weight file's path, size and mtime instead,
-    and "weights_hashed": False. sha256 is None when the files cannot be found locally (nothing
-    is then cached)."""
+    hash. Without `content` (no store on disk: results live in this process only) the weights are
+    not read: sha256 is None, "weights_hashed" False, and "stat_key" hashes each weight file's
+    path, device, inode, size, mtime and ctime instead. Both None when the files cannot be found
+    locally (nothing is then cached)."""
     folder = local_model_dir(path)
     if folder is None:
         return {"path": path, "sha256": None, "files": []}
@@ -131,8 +137,10 @@ def model_fingerprint(path: str, hashes: HashCache, content: bool = True) -> dic
     cfg = folder / "config.json"
     config = json.loads(cfg.read_text()) if cfg.is_file() else None
     if not content:
-        stamps = [[str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns] for p in files]
-        return {"path": str(folder.resolve()), "sha256": sha256_text("stat", config, stamps),
+        stats = [(p, p.stat()) for p in files]
+        stamps = [[str(p.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+                  for p, st in stats]
+        return {"path": str(folder.resolve()), "sha256": None, "stat_key": sha256_text("stat", config, stamps),
                 "files": [p.name for p in files], "weights_hashed": False}
     listing = [[p.name, p.stat().st_size, hashes.file_sha256(p)] for p in files]
     return {"path": str(folder.resolve()), "sha256": sha256_text(config, listing), "files": [f[0] for f in listing]}

@@ -145,7 +145,7 @@ class PrefixKV:
         self.base = model.base_model if getattr(model, "base_model", None) not in (None, model) else model
         self.kw_base, self.kw_model = _cache_kw(self.base), _cache_kw(model)
         self.flat: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer: the wave's keys, values
-        self.start: dict[int, int] = {}  # prompt (group) -> its prefix's first row in `flat`
+        self.start: dict[int, tuple[int, int]] = {}  # prompt (group) -> (first row in `flat`, prefix length)
         self.wave = None
         self.enabled = True
         self.checked = False
@@ -162,7 +162,7 @@ class PrefixKV:
         lead = rows[first]  # one sequence per prompt
         lens = self.plan.prefix[lead]
         starts = np.concatenate([[0], np.cumsum(lens)])
-        self.start = {int(g): int(o) for g, o in zip(groups, starts)}
+        self.start = {int(g): (int(o), int(p)) for g, o, p in zip(groups, starts, lens)}
         prefixes = [self.seqs[i][:p] for i, p in zip(lead, lens)]
         for b in make_batches(lens, self.max_tokens):
             ids, _ = pad_rows([prefixes[j] for j in b.indices], b.max_len, self.pad_id, self.device)
@@ -221,7 +221,10 @@ class PrefixKV:
         prefix_mask = (torch.arange(pm, device=self.device)[None, :] >= pm - off_t[:, None]).long()
         pos = off_t[:, None] + torch.arange(ids.shape[1], device=self.device)[None, :]
         # the flat row of each (row, cache slot): its prefix's tokens right-aligned, the holes the zero row
-        first = np.array([self.start.get(int(g), 0) for g in self.plan.group[rows]])
+        first = np.zeros(len(rows), dtype=np.int64)
+        for r in np.flatnonzero(off):  # a row's prefix must be its own prompt's, and no longer than it
+            first[r], stored = self.start[int(self.plan.group[rows[r]])]
+            assert off[r] <= stored, f"row {r}: prefix {off[r]} > the {stored} tokens stored for its prompt"
         rel = np.arange(pm)[None, :] - (pm - off)[:, None]
         zero_row = self.flat[0][0].shape[0] - 1
         idx = torch.as_tensor(np.where(rel >= 0, first[:, None] + rel, zero_row), device=self.device)

@@ -10,12 +10,12 @@ import pytest
 
 from rmbench_fast import fingerprints
 from rmbench_fast.engine import ScoreOptions, score
-from rmbench_fast.fingerprints import TREE_SCHEME, HashCache, tree_sha256
+from rmbench_fast.fingerprints import HashCache, tree_sha256
 
 
 def plain_tree(data: bytes, chunk: int) -> str:
     """The definition, written plainly: sha256(scheme:size:) then each chunk's sha256 digest."""
-    top = hashlib.sha256(f"{TREE_SCHEME}:{len(data)}:".encode())
+    top = hashlib.sha256(f"sha256-tree:{chunk}:{len(data)}:".encode())
     for i in range(0, max(1, len(data)), chunk):
         top.update(hashlib.sha256(data[i:i + chunk]).digest())
     return top.hexdigest()
@@ -45,6 +45,13 @@ def test_a_file_cut_short_while_hashing_is_an_error(tmp_path):
     path.write_bytes(b"x" * 100)
     with pytest.raises(OSError, match="shorter than its 200 bytes"):
         tree_sha256(path, 200, chunk=64)
+
+
+def test_the_piece_size_is_part_of_the_digest(tmp_path):
+    """One piece either way (the same bytes hashed the same): only the header tells them apart."""
+    path = tmp_path / "w.bin"
+    path.write_bytes(b"z" * 300)
+    assert tree_sha256(path, 300, chunk=1000) != tree_sha256(path, 300, chunk=2000)
 
 
 def test_cache_reuses_only_the_same_stamp(tmp_path, monkeypatch):
@@ -99,5 +106,6 @@ def test_no_store_reads_no_weights(opts, monkeypatch):
     run = score(replace(opts, cache=False)).run
     assert not [p for p in calls if str(p).endswith(fingerprints.WEIGHT_SUFFIXES)]
     model = run["models"]["model"]
-    assert model["weights_hashed"] is False and model["bytes_hashed"] == 0 and model["sha256"]
+    assert model["weights_hashed"] is False and model["bytes_hashed"] == 0
+    assert model["sha256"] is None and model["stat_key"]  # no content hash claimed
     assert model["load_s"] > 0 and model["batches_s"] > 0 and model["fingerprint_s"] >= 0

@@ -142,7 +142,10 @@ def test_triton_tma_loads(dtype, d, head):
     t[0], t[-1] = 0, 996
     plain = fused_linear_logprobs(h, w, t, config=INTERPRETER, **kw)
     tma = fused_linear_logprobs(h, w, t, config={**INTERPRETER, "TMA": True}, **kw)
-    assert torch.equal(tma, plain)
+    if DEVICE == "cpu":  # the interpreter: the same tiles, the same sums
+        assert torch.equal(tma, plain)
+    else:  # compiled: the same tiles; allow the last bit in case the MMA instruction differs
+        assert err(tma, plain) <= 1e-5
     exact = reference_linear_logprobs(h, w, t, dtype=torch.float64, **kw)
     assert err(tma, exact) <= (1e-4 if dtype == torch.float32 else 5e-3)
     with pytest.raises(ValueError, match="16-byte aligned"):  # a bf16 row of 20 values is 40 bytes

@@ -97,14 +97,16 @@ class _Worker:
 
 def _maybe_die():
     """Fault injection for tests and drills: with RMBENCH_FAULT_KILL_WORKER=PATH set when Ray starts,
-    creating the file PATH arms one fault: the first worker to start a unit then removes it and dies
-    at once, like a killed process."""
+    creating the file PATH arms one fault: the first worker to start a unit then removes it, writes
+    its process id to PATH.died, and dies at once, like a killed process."""
     marker = os.environ.get("RMBENCH_FAULT_KILL_WORKER")
     if marker:
         try:
             os.remove(marker)  # only one worker wins the removal
         except FileNotFoundError:
             return
+        with open(marker + ".died", "w") as f:
+            f.write(str(os.getpid()))
         os._exit(1)
 
 
@@ -158,6 +160,7 @@ def run_pass_on_ray(cfg: RayConfig, prep, o, model_path: str, todo, arrays: dict
     idle = [spawn() for _ in range(min(cfg.num_workers, len(queue)))]
     running = {}  # future -> (unit index, unit, actor, sequence indices)
     work, notes = {}, {}
+    retried, unit_workers = [], {}  # run.json: what was redone and which process finished each unit
     try:
         while queue or running:
             while queue and idle:
@@ -179,6 +182,7 @@ def run_pass_on_ray(cfg: RayConfig, prep, o, model_path: str, todo, arrays: dict
                 result = ray.get(fut)
             except ray.exceptions.RayActorError as e:  # the worker died: another one takes the unit
                 attempts[k] += 1
+                retried.append({"unit": k, "attempt": attempts[k], "why": "its worker process died"})
                 _give_up_if(attempts[k], k, unit, e)
                 queue.insert(0, (k, unit))
                 idle.append(spawn())
@@ -187,12 +191,14 @@ def run_pass_on_ray(cfg: RayConfig, prep, o, model_path: str, todo, arrays: dict
                 if isinstance(getattr(e, "cause", None), RmbenchError):
                     raise e.cause from None  # bad input: the same everywhere, no retry
                 attempts[k] += 1
+                retried.append({"unit": k, "attempt": attempts[k], "why": one_line(e, 200, tail=True)})
                 _give_up_if(attempts[k], k, unit, e)
                 queue.insert(0, (k, unit))
                 idle.append(actor)
                 continue
             pid, result, note = result
             work[str(pid)] = work.get(str(pid), 0) + len(index)
+            unit_workers[str(k)] = str(pid)
             notes.update(note)
             for name, values in result.items():
                 arrays[name][index] = values
@@ -205,6 +211,7 @@ def run_pass_on_ray(cfg: RayConfig, prep, o, model_path: str, todo, arrays: dict
                 ray.kill(actor)
             except Exception:
                 pass
+    notes.update(retried_units=retried, unit_workers=unit_workers)
     return work, notes
 
 

@@ -1,6 +1,7 @@
 """--engine ray on a local Ray instance (2 CPUs): the same answers as the local engine, and a
 worker killed mid-run does not lose or change anything; the work each worker did is counted, so
-work done twice fails the tests."""
+work done twice fails the tests, and run.json names the redone unit and the process that took it
+over."""
 
 import json
 import os
@@ -69,7 +70,12 @@ def test_worker_killed_mid_run(cluster, tmp_path):
     assert len(batches) == len(set(batches))  # no finished batch was reported twice
     work = on_ray.run["models"]["model"]["sequences_per_worker"]
     assert sum(work.values()) == on_ray.run["n_sequences"]  # ... nor scored twice by the workers
-    assert len(work) >= 2  # the dead worker's unit went to another process
+    dead = cluster["fault"].with_name(cluster["fault"].name + ".died").read_text()  # the killed worker's pid
+    info = on_ray.run["models"]["model"]
+    assert [r["why"] for r in info["retried_units"]] == ["its worker process died"]
+    unit = str(info["retried_units"][0]["unit"])
+    assert info["unit_workers"][unit] != dead and dead not in work  # another process took it over
+    assert set(info["unit_workers"].values()) == set(work)
     np.testing.assert_array_equal(on_ray.chosen, local.chosen)
     np.testing.assert_array_equal(on_ray.rejected, local.rejected)
 

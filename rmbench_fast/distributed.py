@@ -92,6 +92,7 @@ class _Worker:
         arrays = {name: np.zeros((n, *shape)) for name, shape in self.scorer.outputs.items()}
         info = run_batches(self.scorer, self.model, seqs, local, arrays, self.device, np.asarray(batch_lengths),
                            names.__getitem__, None, prefix)
+        info.pop("first_batch_s", None)  # per unit, not per pass: run.json would show an arbitrary one
         return os.getpid(), arrays, info
 
 

@@ -8,6 +8,8 @@ its sequences, down to a single sequence, which then fails naming itself.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 
@@ -44,7 +46,8 @@ def run_batches(scorer, model, seqs, batches: list[Batch], arrays: dict, device,
     """Score `batches` of `seqs` (tokenize.Encoded) with `scorer` on `model`, writing each output
     into arrays[name][batch.indices]. batch_lengths: per sequence, the tokens its batch row holds
     (its length, less a shared prefix); describe(i) names sequence i in errors. Returns what the
-    scorer's batch function noted for run.json (its `info`, if any)."""
+    scorer's batch function noted for run.json (its `info`, if any) and first_batch_s, the first
+    batch's seconds (on a GPU: kernel compilation and tuning, apart from the steady state)."""
     check_token_ids(scorer, model, seqs, np.concatenate([b.indices for b in batches]) if batches else [], describe)
     run = scorer.batch_fn(model, device)
 
@@ -66,6 +69,9 @@ def run_batches(scorer, model, seqs, batches: list[Batch], arrays: dict, device,
         if on_batch is not None:
             on_batch(batch)
 
+    t0, first_s = time.perf_counter(), None
     for batch in batches:
         one(batch)
-    return dict(getattr(run, "info", {}))
+        if first_s is None:  # compilation, autotuning and the head's self-check land here
+            first_s = time.perf_counter() - t0
+    return {**getattr(run, "info", {}), **({"first_batch_s": first_s} if first_s is not None else {})}

@@ -103,6 +103,21 @@ def load_tokenizer(path: str, trust_remote_code: bool):
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 
 
+def own_class(cls, path: str):
+    """For an Auto class and a folder whose config.json maps it to the model's own code (auto_map),
+    that class itself. Loading through the Auto class would also register the class for the
+    config's class process-wide (transformers' `cls.register(config.__class__, ...)`): a remote
+    class declared for LlamaConfig, as ArmoRM's is, would then be what every later
+    AutoModel*.from_config / from_pretrained of a plain Llama in this process builds."""
+    from transformers import AutoConfig
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+    if not hasattr(cls, "_model_mapping"):  # not an Auto class: the class itself
+        return cls
+    ref = (getattr(AutoConfig.from_pretrained(path, trust_remote_code=True), "auto_map", None) or {}).get(cls.__name__)
+    return get_class_from_dynamic_module(ref, path) if ref else cls
+
+
 def _dtype_kwarg() -> str:
     """transformers 4.56 renamed from_pretrained's torch_dtype to dtype."""
     import transformers
@@ -140,6 +155,8 @@ def load_model(path: str, mode: str, dtype: torch.dtype, device: torch.device, t
         kw.update(quantization_config=_int8_config(), device_map={"": device.index or 0})
     what = "a sequence classifier" if mode == "rm" else "a causal LM"
     try:
+        if trust_remote_code:
+            cls = own_class(cls, path)
         model, info = cls.from_pretrained(path, **kw)
     except (OSError, ValueError) as e:
         hint = "" if allow_pickle_weights else " (only safetensors weights load without --allow-pickle-weights)"

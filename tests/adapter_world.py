@@ -55,6 +55,8 @@ def build(world, name):
                   num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=1024, tie_word_embeddings=False,
                   bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
                   **({"head_dim": 8} if kind == "gemma2" else {}))
+    if kind == "gemma2":  # the official classes get eager attention (LDL: flash), which softcaps attention
+        cfg._attn_implementation = "eager"  # logits; transformers 4.51 gives a bare Gemma2Model SDPA, which does not
     torch.manual_seed(len(name))
     decoder = model_cls(cfg).eval()
     with torch.no_grad():  # weights that tell responses apart

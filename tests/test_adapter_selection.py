@@ -78,6 +78,36 @@ def test_remote_code_needs_the_flag(world):
         score(options(d, world))
 
 
+def test_published_code_for_transformers_4_is_a_one_line_error(world, tmp_path):
+    """Published reward-model code that never calls post_init() (Eurus, Ziya) loads under
+    transformers 4 but not 5: a one-line error that says which transformers runs it."""
+    import transformers
+
+    d, *_ = build(world, "eurus")
+    quirky = tmp_path / "eurus-as-published"
+    shutil.copytree(d, quirky)
+    code = next(quirky.glob("modeling_*.py"))
+    code.write_text(code.read_text().replace("self.post_init()", "pass  # as published: no post_init()"))
+    if int(transformers.__version__.split(".")[0]) < 5:
+        assert score(options(str(quirky), world, trust_remote_code=True)).run["n_sequences"] > 0
+        return
+    with pytest.raises(UsageError, match=r"does not run under transformers 5.*pip install 'transformers>=4.51,<5'"):
+        score(options(str(quirky), world, trust_remote_code=True))
+
+
+def test_remote_code_leaves_the_auto_classes_alone(world):
+    """A remote class declared for a stock config class (the InternLM2 stand-in's LlamaConfig, as
+    ArmoRM's real one is) is loaded as itself: transformers 4.51's Auto path would register it for
+    LlamaConfig process-wide, and every later plain Llama in the process (GRM's decoder) became it."""
+    from transformers import AutoModel
+
+    d, *_ = build(world, "internlm2")
+    assert score(options(d, world, trust_remote_code=True)).run["n_sequences"] > 0
+    tiny = LlamaConfig(vocab_size=32, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                       num_attention_heads=2, num_key_value_heads=2)
+    assert type(AutoModel.from_config(tiny)).__name__ == "LlamaModel"
+
+
 def test_qrm_needs_llama3_header_ids(world):
     """QRM's gating reads at Llama-3's assistant header ids: another tokenizer is a clear error."""
     d, *_ = build(world, "qrm")

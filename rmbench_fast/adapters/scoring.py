@@ -20,7 +20,7 @@ import logging
 import torch
 
 from ..batching import pad_rows
-from ..errors import UsageError
+from ..errors import UsageError, one_line
 from ..layout import full_texts
 from ..models import load_model
 from ..scorers.rm import RewardModelScorer, official_bos, official_pad_ids
@@ -89,7 +89,12 @@ class AdapterScorer(RewardModelScorer):
             if self.bos == "mask":
                 first = torch.tensor([self.double_bos(r) for r in rows], device=device)
                 mask[first, 0] = 0
-            out = model(input_ids=ids, attention_mask=mask) if self.mask else model(input_ids=ids)
+            try:
+                out = model(input_ids=ids, attention_mask=mask) if self.mask else model(input_ids=ids)
+            except REMOTE_CODE_ERRORS as e:
+                if not type(model).__module__.startswith("transformers_modules"):
+                    raise  # our own classes: a bug to see whole
+                raise remote_code_error(type(model).__name__, e) from None
             scores = read_output(out, self.field).float().reshape(len(rows), -1)
             if scores.shape[1] != 1:
                 raise UsageError(f"adapter {self.family}: the model gave {scores.shape[1]} values per sequence, "
@@ -174,5 +179,26 @@ def load_remote(auto_class: str, scorer, path, dtype, device, trust_remote_code,
     if not trust_remote_code:
         raise UsageError(f"model {path}: the {scorer.family} adapter runs the model's own code: "
                          "pass --trust-remote-code")
-    return load_model(path, "rm", dtype, device, True, allow_pickle_weights, scorer.int8,
-                      model_class=getattr(transformers, auto_class))
+    try:
+        return load_model(path, "rm", dtype, device, True, allow_pickle_weights, scorer.int8,
+                          model_class=getattr(transformers, auto_class))
+    except REMOTE_CODE_ERRORS as e:
+        raise remote_code_error(path, e) from None
+
+
+# what published reward-model code written against transformers 4 raises under transformers 5: no
+# post_init() (AttributeError: all_tied_weights_keys), imports of names 5 removed, DynamicCache
+# methods 5 dropped
+REMOTE_CODE_ERRORS = (AttributeError, ImportError, NameError, TypeError)
+
+
+def remote_code_error(where: str, e: Exception) -> Exception:
+    """Under transformers 5, a UsageError that says the model's own code needs transformers 4 (the
+    official flow's 4.51) and how to get it; under 4, the error itself."""
+    import transformers
+
+    if int(transformers.__version__.split(".")[0]) < 5:
+        return e
+    return UsageError(f"model {where}: its own code does not run under transformers {transformers.__version__} "
+                      f"({one_line(e, 200)}); it was written for transformers 4, which the official flow uses "
+                      "(4.51): score it in an environment with pip install 'transformers>=4.51,<5'")

@@ -174,11 +174,11 @@ def one_process(shapes, methods, device: str, dtype_name: str, repeats: int) -> 
                     if cuda:
                         torch.cuda.empty_cache()
                 if m == "fused":
-                    from rmbench_fast.kernels.logprob_triton import FIXED, INTERPRETER, interpreting, tuned_config
+                    from rmbench_fast.kernels.logprob_triton import INTERPRETER, fixed, interpreting, tuned_config
 
                     tuned = tuned_config() if K.tuning_enabled() and not interpreting() else None
-                    row["config"] = tuned or (INTERPRETER if interpreting() else FIXED["half" if w.element_size() == 2
-                                                                                         else "fp32"])
+                    row["config"] = tuned or (INTERPRETER if interpreting() else fixed(
+                        "half" if w.element_size() == 2 else "fp32", torch.cuda.get_device_capability(w.device)[0]))
                 if m == "auto":
                     row["auto_pick"] = K.auto_choices().get(K.auto_key("linear", n, v, d, dtype), "torch")
                 if m in ("torch", "fused") and "fused" in outs and "torch" in outs:

@@ -67,16 +67,17 @@ def make_timer(device: str, repeats: int):
 def sweep_shape(n, v, d, cap, tiles, chunks, device, dtype, timed, deadline) -> dict:
     import torch
 
-    from rmbench_fast.kernels.logprob_triton import FIXED, INTERPRETER, fused_linear_logprobs, interpreting
+    from rmbench_fast.kernels.logprob_triton import INTERPRETER, fixed, fused_linear_logprobs, interpreting
 
     g = torch.Generator(device=device).manual_seed(0)
     h = torch.randn(n, d, device=device, dtype=dtype, generator=g)
     w = (torch.randn(v, d, device=device, dtype=dtype, generator=g) * d ** -0.5).to(dtype)
     t = torch.randint(0, v, (n,), device=device, generator=g)
     row = {"N": n, "V": v, "d": d, "softcap": cap, "matmul_s": timed(lambda: h @ w.T)}
-    fixed = INTERPRETER if interpreting() else FIXED["fp32" if dtype == torch.float32 else "half"]
-    ref = fused_linear_logprobs(h, w, t, softcap=cap, config=fixed)
-    row["fixed_config"] = fixed
+    pinned = INTERPRETER if interpreting() else fixed("fp32" if dtype == torch.float32 else "half",
+                                                     torch.cuda.get_device_capability()[0])
+    ref = fused_linear_logprobs(h, w, t, softcap=cap, config=pinned)
+    row["fixed_config"] = pinned
     row["candidates"] = []
     for (bn, bv, bd, group, warps, stages), chunk, tma in ((x, c, m) for x in tiles for c in chunks for m in LOADS):
         if time.monotonic() > deadline:

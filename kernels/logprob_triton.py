@@ -39,7 +39,7 @@ import triton
 import triton.language as tl
 
 from .common import LN2, check_targets, head_multipliers, n_bucket, tuning_enabled
-from .logprob_configs import FIXED, FP32_CONFIGS, HALF_CONFIGS, INTERPRETER, prune  # noqa: F401 (re-exported)
+from .logprob_configs import FIXED, FP32_CONFIGS, HALF_CONFIGS, INTERPRETER, fixed, prune  # noqa: F401 (re-exported)
 
 _LN2 = tl.constexpr(LN2)  # Triton kernels read globals only as constexpr
 MAX_ROWS = 16384
@@ -237,7 +237,8 @@ def fused_linear_logprobs(h, weight, targets, bias=None, scale=None, softcap=Non
                  CAPPED_MAX=softcap is not None and 0 < 2 * post <= 120,  # |z| <= post; 2^(z - post) stays normal
                  IEEE=fp32 and fp32_precision == "ieee", UPCAST=interpreting() and not fp32)
     if config is None and (interpreting() or not tuning_enabled()):
-        config = INTERPRETER if interpreting() else FIXED["fp32" if fp32 else "half"]
+        config = INTERPRETER if interpreting() else fixed("fp32" if fp32 else "half",
+                                                          torch.cuda.get_device_capability(h.device)[0])
     config = dict(config) if config is not None else None
     flags["TMA"] = bool(config and config.pop("TMA", False))
     for r0 in range(0, n, rows):

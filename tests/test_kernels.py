@@ -246,6 +246,18 @@ def test_extra_memory_and_config_pruning(monkeypatch):
                for c in half)
     fp32 = C.prune(T.HALF_CONFIGS + T.FP32_CONFIGS, {"h_ptr": torch.zeros(1)})
     assert fp32 and all(c in T.FP32_CONFIGS for c in fp32)
+    # before Hopper: no tile whose accumulator would spill registers (tests/test_kernel_compile.py
+    # compiles what is kept for sm_80 and checks ptxas reports no spills)
+    monkeypatch.setattr(C, "major_capability", lambda: 8)
+    monkeypatch.setattr(C, "max_shared_mem", lambda: 163 * 1024)
+    half = C.prune(T.HALF_CONFIGS + T.FP32_CONFIGS, {"h_ptr": torch.zeros(1, dtype=torch.bfloat16)})
+    assert {(c.kwargs["BLOCK_N"], c.kwargs["BLOCK_V"], c.num_warps) for c in half} == {(128, 128, 8), (64, 128, 4)}
+    fp32 = C.prune(T.HALF_CONFIGS + T.FP32_CONFIGS, {"h_ptr": torch.zeros(1)})
+    assert {(c.kwargs["BLOCK_N"], c.kwargs["BLOCK_V"]) for c in fp32} == {(64, 64), (32, 128)}
+    for kind, elem in (("half", 2), ("fp32", 4)):
+        pinned = C.fixed(kind, 8)
+        assert C.fits(pinned, pinned["num_warps"], pinned["num_stages"], elem, 8, 163 * 1024)
+        assert C.fixed(kind, 9) == C.FIXED[kind]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_properties(0).total_memory < 40 * 2**30,

@@ -197,7 +197,9 @@ def remote_code_error(where: str, e: Exception) -> Exception:
     official flow's 4.51) and how to get it; under 4, the error itself."""
     import transformers
 
-    if int(transformers.__version__.split(".")[0]) < 5:
+    from ..tokenizer_loading import transformers_major
+
+    if transformers_major() < 5:
         return e
     return UsageError(f"model {where}: its own code does not run under transformers {transformers.__version__} "
                       f"({one_line(e, 200)}); it was written for transformers 4, which the official flow uses "

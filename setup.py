@@ -11,7 +11,7 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["rmbench_fast", "rmbench_fast.*"]) + ["rmbench_fast.kernels"],
     package_dir={"rmbench_fast.kernels": "kernels"},
-    package_data={"rmbench_fast": ["demo_data/*.json"]},
+    package_data={"rmbench_fast.cli": ["demo_data/*.json"]},
     install_requires=[
         # CI installs torch==2.13.0 (CPU build) first; keep this a range that it satisfies.
         "torch>=2.2,<3",
@@ -35,5 +35,5 @@ setup(
         "quant": ["bitsandbytes>=0.43"],  # --compat official on CUDA: 8-bit where the official scripts use it
         "fastchat": ["fschat>=0.2.36"],  # every FastChat conversation template name for --chat-template
     },
-    entry_points={"console_scripts": ["rmbench-fast = rmbench_fast.cli:entry"]},
+    entry_points={"console_scripts": ["rmbench-fast = rmbench_fast.cli.main:entry"]},
 )

@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rmbench_fast.fingerprints import HashCache, hash_threads, model_fingerprint, tree_sha256  # noqa: E402
+from rmbench_fast.store.fingerprints import HashCache, hash_threads, model_fingerprint, tree_sha256  # noqa: E402
 
 
 def timed(fn, rounds: int) -> float:

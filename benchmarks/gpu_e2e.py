@@ -35,8 +35,8 @@ def build(root: Path, data: str, vocab: int, hidden: int, layers: int, heads: in
           tok_vocab: int, device: str) -> dict:
     import torch
 
-    from rmbench_fast.data import load_dataset
-    from rmbench_fast.tiny import build_model, corpus, llama_config, save_model, train_tokenizer
+    from rmbench_fast.inputs.data import load_dataset
+    from rmbench_fast.tiny.models import build_model, corpus, llama_config, save_model, train_tokenizer
 
     tok = train_tokenizer(corpus(load_dataset(data)), tok_vocab)
     cfg = dict(vocab_size=vocab, hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads, intermediate=inter,

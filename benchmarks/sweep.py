@@ -37,8 +37,8 @@ def main(argv=None):
 
     import torch
 
-    from rmbench_fast.data import load_dataset
-    from rmbench_fast.tiny import build_model, corpus, llama_config, save_model, train_tokenizer
+    from rmbench_fast.inputs.data import load_dataset
+    from rmbench_fast.tiny.models import build_model, corpus, llama_config, save_model, train_tokenizer
 
     work = Path(tempfile.mkdtemp(prefix="rmbench-sweep-bench-"))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -51,7 +51,7 @@ def main(argv=None):
                  for seed in range(args.k)]
         ref = str(save_model(build_model("lm", llama_config(**cfg), 99), tok, work / "ref"))
         common = ["--data", args.data, "--limit", str(args.limit), "--ref-model", ref, "--quiet", "--device", "cpu"]
-        cli = [sys.executable, "-m", "rmbench_fast.cli"]
+        cli = [sys.executable, "-m", "rmbench_fast.cli.main"]
 
         t0 = time.perf_counter()
         for c in ckpts:

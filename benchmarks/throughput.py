@@ -39,8 +39,8 @@ MODES = ("rm", "dpo", "dpo-ref-free")
 def build_models(dest: Path, data: str, vocab: int, hidden: int, layers: int, heads: int) -> dict:
     """A random-weight Llama-style RM, policy and reference with a BPE tokenizer trained on the data
     (no chat template: the official default, fastchat's tulu, applies). Built once per shape."""
-    from rmbench_fast.data import load_dataset
-    from rmbench_fast.tiny import build_trio, corpus, train_tokenizer
+    from rmbench_fast.inputs.data import load_dataset
+    from rmbench_fast.tiny.models import build_trio, corpus, train_tokenizer
 
     if (dest / "COMPLETE").is_file():
         return build_trio(dest, None)

@@ -1,5 +1,5 @@
 """`python -m rmbench_fast`: the same as the `rmbench-fast` command."""
 
-from .cli import entry
+from .cli.main import entry
 
 entry()

@@ -1,11 +1,11 @@
 """The reward-model families the adapter tests score (tests/test_adapters.py and
 tests/test_adapter_selection.py): each family's heads under its published names, its config.json
 fields, and the documented score of one sequence, from plain parts with random weights. Remote-code
-families use rmbench_fast.tiny_adapters' minimal modeling file of the published architecture."""
+families use rmbench_fast.tiny.adapters' minimal modeling file of the published architecture."""
 
 import torch
 
-from rmbench_fast.tiny_adapters import LLAMA3_HEADER
+from rmbench_fast.tiny.adapters import LLAMA3_HEADER
 
 H = 16
 

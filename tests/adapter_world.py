@@ -15,8 +15,8 @@ from safetensors.torch import save_file
 from transformers import (Gemma2Config, Gemma2Model, LlamaConfig, LlamaModel, MistralConfig,
                           MistralModel, PreTrainedTokenizerFast, Qwen2Config, Qwen2Model)
 
-from rmbench_fast.engine import ScoreOptions
-from rmbench_fast.tiny_adapters import tokenizer, write_code
+from rmbench_fast.engine.score import ScoreOptions
+from rmbench_fast.tiny.adapters import tokenizer, write_code
 
 BACKBONES = {"llama": (LlamaConfig, LlamaModel), "gemma2": (Gemma2Config, Gemma2Model),
              "mistral": (MistralConfig, MistralModel), "qwen2": (Qwen2Config, Qwen2Model)}
@@ -46,7 +46,7 @@ def build(world, name):
     """The family's folder (built once) and what its reference needs."""
     if name in world["built"]:
         return world["built"][name]
-    from rmbench_fast.tiny import save_tokenizer
+    from rmbench_fast.tiny.models import save_tokenizer
 
     spec_fn, kind, tok_kind, adapter = FAMILIES[name]
     tok = world["toks"][tok_kind]

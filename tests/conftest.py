@@ -20,7 +20,7 @@ SHARED = Path(os.environ.get("RMBENCH_DATA", Path(__file__).resolve().parents[1]
 
 # A chat template unlike the demo's, so both template paths get exercised with their own texts.
 TEST_TEMPLATE = ("{{ bos_token }}{% for m in messages %}[{{ m['role'] | upper }}] {{ m['content'] }}\n{% endfor %}")
-DEMO = "rmbench_fast/demo_data/rmbench_demo.json"
+DEMO = "rmbench_fast/cli/demo_data/rmbench_demo.json"
 DOMAINS = ["chat", "code", "math", "safety-refuse", "safety-response"]
 
 
@@ -35,8 +35,8 @@ def data_path(request):
 def models(tmp_path_factory, data_path):
     """Tokenizers (chat template; Llama class without template; generic without template) and
     models for each: a reward model, a DPO policy and reference."""
-    from rmbench_fast.data import load_dataset
-    from rmbench_fast.tiny import build_trio, corpus, train_tokenizer
+    from rmbench_fast.inputs.data import load_dataset
+    from rmbench_fast.tiny.models import build_trio, corpus, train_tokenizer
 
     root = tmp_path_factory.mktemp("models")
     texts = corpus(load_dataset(data_path, limit=3))
@@ -52,9 +52,9 @@ def models(tmp_path_factory, data_path):
 
 def encode_run(samples, model_dir, kind, compat=False):
     """A run's sequences as the engine encodes them (kind: rm or dpo), for tests that look at ids."""
-    from rmbench_fast.models import load_tokenizer
+    from rmbench_fast.models.loading import load_tokenizer
     from rmbench_fast.scorers import DPOScorer, RewardModelScorer
-    from rmbench_fast.templates import ChatFormat
+    from rmbench_fast.inputs.templates import ChatFormat
 
     tok = load_tokenizer(model_dir, False)
     scorer = RewardModelScorer(tok.pad_token_id, 0) if kind == "rm" else DPOScorer(tok.eos_token_id, "torch", "avg")
@@ -66,8 +66,8 @@ def world(tmp_path_factory):
     """Good and broken models and data, built once."""
     from click.testing import CliRunner
 
-    from rmbench_fast.cli import main
-    from rmbench_fast.tiny import build_model, build_trio, llama_config, save_model, train_tokenizer
+    from rmbench_fast.cli.main import main
+    from rmbench_fast.tiny.models import build_model, build_trio, llama_config, save_model, train_tokenizer
 
     root = tmp_path_factory.mktemp("hard")
     data = root / "data.json"

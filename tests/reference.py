@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
-from rmbench_fast.metrics import summarize
+from rmbench_fast.results.metrics import summarize
 
 OFFICIAL_BATCH = 8
 

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from transformers import LlamaConfig
 
 from rmbench_fast.adapters import ADAPTERS, by_name, select
-from rmbench_fast.cli import main
-from rmbench_fast.engine import score
+from rmbench_fast.cli.main import main
+from rmbench_fast.engine.score import score
 from rmbench_fast.errors import UsageError
 
 

@@ -2,7 +2,7 @@
 
 Each family's tiny model is built from plain parts (a transformers decoder and head tensors with
 random weights) and saved under the family's published config and weight names (remote-code
-families with their minimal modeling file from rmbench_fast.tiny_adapters, named in auto_map;
+families with their minimal modeling file from rmbench_fast.tiny.adapters, named in auto_map;
 tokenizers shaped like each family's come from there too). The engine scores it; the reference
 reads the documented score of each sequence alone, from the plain parts, in a loop. The folders
 carry no official names, so selection by architecture, auto_map, weight names and files is
@@ -18,10 +18,10 @@ import torch
 from adapter_families import FAMILIES
 from adapter_world import build, options, reference, world  # noqa: F401 (world: the fixture)
 
-from rmbench_fast.batching import Batch
-from rmbench_fast.engine import score
-from rmbench_fast.prepare import prepare
-from rmbench_fast.store import Store
+from rmbench_fast.inputs.batching import Batch
+from rmbench_fast.engine.score import score
+from rmbench_fast.engine.prepare import prepare
+from rmbench_fast.store.entries import Store
 
 
 @pytest.mark.parametrize("name", list(FAMILIES))

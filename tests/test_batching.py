@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rmbench_fast.batching import make_batches, token_counts
+from rmbench_fast.inputs.batching import make_batches, token_counts
 
 
 @settings(max_examples=300, deadline=None)

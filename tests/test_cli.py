@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import make_item, write_json
-from rmbench_fast.cli import main
+from rmbench_fast.cli.main import main
 from reference import official_summary
 
 
@@ -83,7 +83,7 @@ def test_validate_bad_file_real_process(tmp_path):
     """The installed console script: one line on stderr, status 2, no traceback."""
     p = tmp_path / "chat_filtered.json"
     p.write_text(json.dumps([make_item(0), {**make_item(1), "chosen": ["a", "b", 7]}]))
-    proc = subprocess.run([sys.executable, "-m", "rmbench_fast.cli", "data", "validate", str(p)],
+    proc = subprocess.run([sys.executable, "-m", "rmbench_fast.cli.main", "data", "validate", str(p)],
                           capture_output=True, text=True)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
@@ -93,7 +93,7 @@ def test_validate_bad_file_real_process(tmp_path):
 
 
 def test_score_writes_official_format(tmp_path):
-    from rmbench_fast.tiny import build_model, llama_config, save_model, train_tokenizer
+    from rmbench_fast.tiny.models import build_model, llama_config, save_model, train_tokenizer
 
     data = tmp_path / "chat_filtered.json"
     data.write_text(json.dumps([make_item(i) for i in range(5)]))
@@ -116,7 +116,7 @@ def test_score_writes_official_format(tmp_path):
 
 
 def test_score_bad_options_one_line(tmp_path):
-    r = run("score", "--model", tmp_path / "missing-model", "--data", "rmbench_fast/demo_data/rmbench_demo.json")
+    r = run("score", "--model", tmp_path / "missing-model", "--data", "rmbench_fast/cli/demo_data/rmbench_demo.json")
     assert r.exit_code == 2
     assert "missing-model: no such folder" in r.output
 
@@ -136,11 +136,11 @@ def test_console_exit_keeps_every_output(tmp_path):
     command's (0, click's usage error 2) and what it printed to a pipe is all there."""
     p = tmp_path / "chat_filtered.json"
     p.write_text(json.dumps([make_item(i) for i in range(40)]))
-    proc = subprocess.run([sys.executable, "-m", "rmbench_fast.cli", "data", "stats", str(p), "--json"],
+    proc = subprocess.run([sys.executable, "-m", "rmbench_fast.cli.main", "data", "stats", str(p), "--json"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["domains"]["chat"]["n_prompts"] == 40
-    proc = subprocess.run([sys.executable, "-m", "rmbench_fast.cli", "--version"], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "rmbench_fast.cli.main", "--version"], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.startswith("rmbench-fast, version")
-    proc = subprocess.run([sys.executable, "-m", "rmbench_fast.cli", "stats"], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "rmbench_fast.cli.main", "stats"], capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from conftest import make_item, write_json
-from rmbench_fast.data import load_dataset
+from rmbench_fast.inputs.data import load_dataset
 from rmbench_fast.errors import DataError
 
 

@@ -9,10 +9,10 @@ from conftest import encode_run, make_item
 from reference import assert_same_accuracy, official_dpo, official_rm, render
 from transformers import AutoTokenizer
 
-from rmbench_fast.data import load_dataset
-from rmbench_fast.engine import ScoreOptions, score
+from rmbench_fast.inputs.data import load_dataset
+from rmbench_fast.engine.score import ScoreOptions, score
 from rmbench_fast.errors import UsageError
-from rmbench_fast.tiny import build_model, llama_config, save_model, train_tokenizer
+from rmbench_fast.tiny.models import build_model, llama_config, save_model, train_tokenizer
 
 
 @pytest.mark.parametrize("tok_kind, append_eos", [("tmpl", False), ("llama", True), ("plain", False)])

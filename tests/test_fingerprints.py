@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from rmbench_fast import fingerprints
-from rmbench_fast.engine import ScoreOptions, score
-from rmbench_fast.fingerprints import HashCache, tree_sha256
+from rmbench_fast.store import fingerprints as fingerprints
+from rmbench_fast.engine.score import ScoreOptions, score
+from rmbench_fast.store.fingerprints import HashCache, tree_sha256
 
 
 def plain_tree(data: bytes, chunk: int) -> str:

@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference import official_summary
 
-from rmbench_fast.data import load_dataset
+from rmbench_fast.inputs.data import load_dataset
 from rmbench_fast.errors import DataError
-from rmbench_fast.metrics import summarize
+from rmbench_fast.results.metrics import summarize
 
 json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
                            lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,

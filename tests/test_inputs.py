@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 from test_data import BAD as BAD_DATA
 
-from rmbench_fast.cli import main
+from rmbench_fast.cli.main import main
 from rmbench_fast.errors import UsageError
 
 

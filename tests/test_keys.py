@@ -1,6 +1,7 @@
 """Store keys cover what can change the numbers: the same command twice reuses the store; another
-package version, another source of a scoring module, or another transformers / tokenizers / torch
-version recomputes; sweeps find the entries a score run left."""
+package version, another source of a module a pass imports, or another transformers / tokenizers /
+torch version recomputes, and an edit to a module no pass imports does not; sweeps find the entries
+a score run left."""
 
 from dataclasses import replace
 
@@ -10,9 +11,11 @@ import torch
 import transformers
 
 import rmbench_fast
-from rmbench_fast import keys
-from rmbench_fast.engine import ScoreOptions, score
-from rmbench_fast.sweep import find_checkpoints, run_sweep
+from rmbench_fast.store import keys as keys
+from rmbench_fast.engine.score import ScoreOptions, score
+from rmbench_fast.engine.sweep import find_checkpoints, run_sweep
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -38,10 +41,7 @@ def test_a_change_recomputes(opts, monkeypatch, change):
     if change == "package version":
         monkeypatch.setattr(rmbench_fast, "__version__", rmbench_fast.__version__ + ".post1")
     elif change == "scoring module source":
-        real = keys.read_source
-        monkeypatch.setattr(keys, "read_source",
-                            lambda path: real(path) + (b"# edited\n" if path.name == "dpo.py" else b""))
-        keys.code_fingerprint.cache_clear()
+        edited(monkeypatch, "rmbench_fast/scorers/dpo.py")
     else:
         module = {"transformers": transformers, "tokenizers": tokenizers, "torch": torch}[change]
         monkeypatch.setattr(module, "__version__", module.__version__ + "+other")
@@ -52,15 +52,59 @@ def test_a_change_recomputes(opts, monkeypatch, change):
         keys.code_fingerprint.cache_clear()
 
 
-def test_presentation_modules_do_not_count(monkeypatch):
-    before = keys.code_fingerprint()
+def edited(monkeypatch, *files):
+    """Every source of `files` (paths under the repository) read with a line added, as an edit would."""
     real = keys.read_source
-    monkeypatch.setattr(keys, "read_source", lambda path: real(path) + (b"# edited\n" if path.name == "plots.py" else b""))
+    targets = {(ROOT / f).resolve() for f in files}
+    monkeypatch.setattr(keys, "read_source", lambda path: real(path) + (b"# edited\n" if path.resolve() in targets
+                                                                         else b""))
     keys.code_fingerprint.cache_clear()
+
+
+# (edited files, DPO passes computed again, tokenized inputs reused). Tokenization is keyed on the
+# scorer's modules too (its encode lives there), so an edit to what the scorer imports redoes both.
+EDITS = {
+    "no pass imports it": (("rmbench_fast/cli/main.py", "rmbench_fast/results/plots.py", "rmbench_fast/engine/sweep.py",
+                            "rmbench_fast/adapters/grm.py", "rmbench_fast/scorers/rm.py"), 0, True),
+    "the batch loop": (("rmbench_fast/engine/runner.py",), 2, True),
+    "batching, which the scorer imports": (("rmbench_fast/inputs/batching.py",), 2, False),
+    "a kernel the DPO scorer imports": (("kernels/logprob_torch.py",), 2, False),
+    "the chat format": (("rmbench_fast/inputs/templates.py",), 2, False),
+}
+
+
+@pytest.mark.parametrize("what", list(EDITS))
+def test_an_edit_recomputes_only_what_imports_it(opts, monkeypatch, what):
+    files, passes, tokenized_reused = EDITS[what]
+    assert computed(opts) == (2, False)
     try:
-        assert keys.code_fingerprint() == before
+        edited(monkeypatch, *files)
+        assert computed(opts) == (passes, tokenized_reused)
     finally:
         keys.code_fingerprint.cache_clear()
+
+
+def test_the_key_names_what_the_scorer_imports():
+    from rmbench_fast.store.code import closure
+
+    rm = set(closure(("rmbench_fast.scorers.rm",)))
+    assert {"rmbench_fast.inputs.batching", "rmbench_fast.models.loading", "rmbench_fast.scorers.base"} <= rm
+    assert not rm & {"rmbench_fast.scorers.dpo", "rmbench_fast.kernels", "rmbench_fast.cli.main",
+                     "rmbench_fast.results.metrics", "rmbench_fast.adapters.grm"}
+    assert "rmbench_fast.kernels.logprob_triton" in closure(("rmbench_fast.scorers.dpo",))
+
+
+def test_gpu_name_and_8bit_libraries_in_pass_keys(monkeypatch):
+    args = (("rmbench_fast.scorers.rm",), "model", "tokenized")
+    cpu = keys.pass_key(*args, torch.device("cpu"), False, False)
+    assert keys.device_versions(torch.device("cpu")) == {}
+    assert set(keys.device_versions(torch.device("cpu"), int8=True)) == {"bitsandbytes", "accelerate"}
+    assert keys.pass_key(*args, torch.device("cpu"), True, False) != cpu  # 8-bit: its libraries' versions
+    gpu = {"name": "NVIDIA H200"}
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: gpu["name"])
+    h200 = keys.pass_key(*args, torch.device("cuda"), False, False)
+    gpu["name"] = "NVIDIA A100-SXM4-80GB"
+    assert keys.pass_key(*args, torch.device("cuda"), False, False) != h200 != cpu
 
 
 def test_sweep_reuses_what_score_stored(opts, tmp_path):

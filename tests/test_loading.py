@@ -4,9 +4,9 @@ import torch
 from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
 
-from rmbench_fast.cli import main
-from rmbench_fast.engine import ScoreOptions, score
-from rmbench_fast.tiny import build_model, llama_config, save_model
+from rmbench_fast.cli.main import main
+from rmbench_fast.engine.score import ScoreOptions, score
+from rmbench_fast.tiny.models import build_model, llama_config, save_model
 
 
 def test_pickle_weights_with_flag(world):

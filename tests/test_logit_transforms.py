@@ -13,9 +13,9 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-from rmbench_fast.batching import Batch
+from rmbench_fast.inputs.batching import Batch
 from rmbench_fast.scorers import DPOScorer
-from rmbench_fast.tokenize import Encoded
+from rmbench_fast.inputs.tokenize import Encoded
 
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
             vocab_size=128, max_position_embeddings=64, head_dim=8, num_experts=4, num_local_experts=4,

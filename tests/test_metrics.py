@@ -6,7 +6,7 @@ import pytest
 from reference import official_compute_accuracy, official_summary
 
 from rmbench_fast.errors import ScoreError
-from rmbench_fast.metrics import count_wins, summarize
+from rmbench_fast.results.metrics import count_wins, summarize
 
 
 def random_results(rng, n, ties):

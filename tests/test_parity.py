@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from conftest import TEST_TEMPLATE
 
-from rmbench_fast.data import load_dataset
-from rmbench_fast.engine import ScoreOptions, score
-from rmbench_fast.metrics import summarize
-from rmbench_fast.results import read_scores
-from rmbench_fast.tiny import build_model, build_trio, corpus, llama_config, save_model, train_tokenizer
+from rmbench_fast.inputs.data import load_dataset
+from rmbench_fast.engine.score import ScoreOptions, score
+from rmbench_fast.results.metrics import summarize
+from rmbench_fast.results.files import read_scores
+from rmbench_fast.tiny.models import build_model, build_trio, corpus, llama_config, save_model, train_tokenizer
 
 pytestmark = pytest.mark.slow  # the official flow runs as its own process
 REPO = Path(__file__).resolve().parents[1]

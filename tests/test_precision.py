@@ -5,8 +5,8 @@ for); on CPU that is impossible: float32, said and recorded."""
 import pytest
 import torch
 
-from rmbench_fast.engine import ScoreOptions, score
-from rmbench_fast.precision import choose
+from rmbench_fast.engine.score import ScoreOptions, score
+from rmbench_fast.models.precision import choose
 
 CUDA = torch.device("cuda")  # a device object only: nothing runs on it here
 

@@ -8,14 +8,14 @@ from conftest import encode_run
 from reference import assert_same_accuracy, official_dpo, official_rm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-import rmbench_fast.prefix as prefix_mod
-from rmbench_fast import prepare as prepare_mod
-from rmbench_fast.data import load_dataset
-from rmbench_fast.engine import ScoreOptions, score
-from rmbench_fast.prefix import PrefixKV, PrefixPlan, plan_prefixes
+import rmbench_fast.inputs.prefix as prefix_mod
+from rmbench_fast.engine import prepare as prepare_mod
+from rmbench_fast.inputs.data import load_dataset
+from rmbench_fast.engine.score import ScoreOptions, score
+from rmbench_fast.inputs.prefix import PrefixKV, PrefixPlan, plan_prefixes
 from rmbench_fast.scorers import DPOScorer, RewardModelScorer
 from rmbench_fast.scorers.dpo import batch_logprob_stats, lm_head_of
-from rmbench_fast.tokenize import Encoded
+from rmbench_fast.inputs.tokenize import Encoded
 
 
 def readout_limits(ids, starts, kind, pad):

@@ -14,9 +14,9 @@ ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow  # a Ray instance of worker processes
 
 from conftest import make_item  # noqa: E402
-from rmbench_fast.engine import ScoreOptions, score  # noqa: E402
-from rmbench_fast.sweep import find_checkpoints, run_sweep  # noqa: E402
-from rmbench_fast.tiny import build_model, llama_config, save_model, train_tokenizer  # noqa: E402
+from rmbench_fast.engine.score import ScoreOptions, score  # noqa: E402
+from rmbench_fast.engine.sweep import find_checkpoints, run_sweep  # noqa: E402
+from rmbench_fast.tiny.models import build_model, llama_config, save_model, train_tokenizer  # noqa: E402
 
 DOMAINS = ["chat", "code", "math", "safety-refuse", "safety-response"]
 

@@ -14,10 +14,10 @@ import pytest
 import torch
 from conftest import make_item
 
-from rmbench_fast.engine import ScoreOptions, score
+from rmbench_fast.engine.score import ScoreOptions, score
 from rmbench_fast.errors import UsageError
 from rmbench_fast.scorers import RewardModelScorer
-from rmbench_fast.tiny import build_model, llama_config, save_model, train_tokenizer
+from rmbench_fast.tiny.models import build_model, llama_config, save_model, train_tokenizer
 
 
 def _flaky(monkeypatch, fail, sizes):
@@ -71,7 +71,7 @@ def test_sigkill_at_random_points_then_resume(world, tmp_path):
     tok = train_tokenizer([json.dumps(make_item(i)) for i in range(30)], vocab_size=300)
     model = str(save_model(big, tok, tmp_path / "model"))
     env = {**os.environ, "RMBENCH_FLUSH_SECONDS": "0", "RMBENCH_CACHE": str(tmp_path / "cache")}
-    cmd = [sys.executable, "-m", "rmbench_fast.cli", "score", "--model", model, "--data", world["data"], "-q",
+    cmd = [sys.executable, "-m", "rmbench_fast.cli.main", "score", "--model", model, "--data", world["data"], "-q",
            "--max-tokens-per-batch", "200", "--ref-free", "sum"]
     clean = subprocess.run(cmd + ["--output", str(tmp_path / "clean"), "--no-cache"], env=env, capture_output=True)
     assert clean.returncode == 0, clean.stderr

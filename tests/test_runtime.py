@@ -1,4 +1,4 @@
-"""rmbench_fast.runtime: glibc keeps freed large blocks for reuse once told to (Linux only)."""
+"""rmbench_fast.engine.runtime: glibc keeps freed large blocks for reuse once told to (Linux only)."""
 
 import platform
 import subprocess
@@ -9,7 +9,7 @@ import pytest
 PROBE = """
 import os, sys, torch
 if sys.argv[1] == "tuned":
-    from rmbench_fast.runtime import keep_freed_memory
+    from rmbench_fast.engine.runtime import keep_freed_memory
     assert keep_freed_memory()
 def rss():
     return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") >> 20

@@ -1,50 +1,32 @@
-"""The package's structure, drawn from its own imports: no import cycle (imports inside functions
-included), and no module over 300 lines."""
+"""The package's structure, drawn from its own imports (rmbench_fast.store.code, the graph store keys
+hash): no import cycle (imports inside functions included), each subpackage importing only what its
+__init__ docstring's "May import:" line allows, the stages visible at the top level, and no module
+over 300 lines."""
 
 import ast
+import re
 from pathlib import Path
+
+from rmbench_fast.store.code import import_graph, modules
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "rmbench_fast"
-KERNELS = ROOT / "kernels"  # installed as rmbench_fast.kernels
+ENTRIES = ("errors", "store", "models", "inputs", "kernels", "scorers", "adapters", "results", "engine", "cli", "tiny")
 
 
-def modules() -> dict[str, Path]:
-    out = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = path.relative_to(ROOT).with_suffix("").parts
-        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    for path in sorted(KERNELS.glob("*.py")):
-        out["rmbench_fast.kernels" + ("" if path.stem == "__init__" else f".{path.stem}")] = path
-    return out
-
-
-def imports(name: str, path: Path, known) -> set[str]:
-    """The package modules `name` imports, anywhere in its file."""
-    package = name if path.stem == "__init__" else name.rsplit(".", 1)[0]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            targets = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                up = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(up + ([base] if base else []))
-            targets = [base] + [f"{base}.{a.name}" for a in node.names]
-        else:
-            continue
-        for t in targets:
-            while t and t not in known:
-                t = t.rsplit(".", 1)[0] if "." in t else ""
-            if t and t != name:
-                found.add(t)
-    return found
+def test_the_graph_sees_the_package():
+    graph = import_graph()
+    assert len(graph) > 60
+    assert "rmbench_fast.kernels.logprob_torch" in graph  # kernels/, installed as rmbench_fast.kernels
+    # an import inside a function counts, and `from ..x import name` counts the module x
+    assert "rmbench_fast.adapters" in graph["rmbench_fast.engine.prepare"]
+    assert "rmbench_fast.models.kinds" in graph["rmbench_fast.scorers.rm"]
+    assert "rmbench_fast.kernels" in graph["rmbench_fast.scorers"]
 
 
 def test_no_import_cycles():
     mods = modules()
-    graph = {name: imports(name, path, mods) for name, path in mods.items()}
+    graph = {n: set(targets) for n, targets in import_graph().items()}
     # a package's __init__ importing its own submodules is how packages work, not a cycle
     for name in graph:
         graph[name] = {t for t in graph[name] if not (t.startswith(name + ".") and mods[name].stem == "__init__")}
@@ -62,14 +44,54 @@ def test_no_import_cycles():
     for n in sorted(graph):
         if n not in state:
             visit(n, [n])
-    assert len(graph) > 20  # the walk really saw the package
+
+
+def entry(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def allowed(subpackage: str) -> set[str]:
+    """The entries named on the "May import:" line of a subpackage's docstring, before any "never"
+    (parenthesised notes left out)."""
+    doc = ast.get_docstring(ast.parse((PACKAGE / subpackage / "__init__.py").read_text()))
+    head = doc.split("\n\n")[0].splitlines()
+    assert len(head) == 2, f"{subpackage}/__init__.py: its docstring opens with two lines, what it owns and may import"
+    line = head[1]
+    assert line.startswith("May import:"), f"{subpackage}/__init__.py: second line must say what it may import"
+    text = re.sub(r"\([^)]*\)", "", line[len("May import:"):]).split("never")[0]
+    return {w for w in re.findall(r"[a-z]+", text) if w in ENTRIES}
+
+
+def test_each_subpackage_imports_only_what_it_says():
+    subpackages = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
+    assert set(subpackages) == set(ENTRIES) - {"errors", "kernels"}
+    wrong = []
+    for name, targets in import_graph().items():
+        src = entry(name)
+        if src not in subpackages:
+            continue
+        for t in targets:
+            dst = entry(t)
+            if dst is not None and dst != src and dst not in allowed(src):
+                wrong.append(f"{name} imports {t}")
+    assert not wrong, "imports a subpackage's docstring does not allow:\n" + "\n".join(sorted(wrong))
+    assert allowed("tiny") == set() and allowed("store") == {"errors"}  # the parse reads the lines
+
+
+def test_the_top_level_shows_the_stages():
+    top = sorted(p.name for p in PACKAGE.iterdir() if p.name != "__pycache__")
+    assert len(top) <= 12, top
+    assert {"inputs", "models", "scorers", "adapters", "store", "results", "engine", "cli"} <= set(top)
 
 
 def test_the_engine_stays_thin():
     """The engine and the Ray workers reach scorers only through the interface: no mode tests."""
-    for name in ("engine.py", "distributed.py", "sweep.py", "runner.py", "caching.py"):
-        text = (PACKAGE / name).read_text()
+    for name in ("score.py", "distributed.py", "sweep.py", "runner.py"):
+        text = (PACKAGE / "engine" / name).read_text()
         assert 'mode == "rm"' not in text and 'mode == "dpo"' not in text, name
+    text = (PACKAGE / "store" / "caching.py").read_text()
+    assert 'mode == "rm"' not in text and 'mode == "dpo"' not in text
 
 
 def test_module_sizes():

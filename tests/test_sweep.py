@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from conftest import make_item
-from rmbench_fast.engine import ScoreOptions, score
-from rmbench_fast.sweep import checkpoint_step, find_checkpoints, run_sweep
-from rmbench_fast.tiny import build_model, llama_config, save_model, train_tokenizer
+from rmbench_fast.engine.score import ScoreOptions, score
+from rmbench_fast.engine.sweep import checkpoint_step, find_checkpoints, run_sweep
+from rmbench_fast.tiny.models import build_model, llama_config, save_model, train_tokenizer
 
 DOMAINS = ["chat", "code", "math", "safety-refuse", "safety-response"]
 

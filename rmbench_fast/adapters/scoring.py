@@ -19,12 +19,12 @@ import logging
 
 import torch
 
-from ..batching import pad_rows
+from ..inputs.batching import mask_first_tokens, pad_rows
 from ..errors import UsageError, one_line
-from ..layout import full_texts
-from ..models import load_model
+from ..inputs.layout import full_texts
+from ..models.loading import load_model
 from ..scorers.rm import RewardModelScorer, official_bos, official_pad_ids
-from ..tokenize import OFFICIAL_MAX_LENGTH, Encoded
+from ..inputs.tokenize import OFFICIAL_MAX_LENGTH, Encoded
 
 log = logging.getLogger("rmbench_fast")
 QUANTIZED = ("a quantized entry: run_rm.py loads it 8-bit (bitsandbytes) unless a Llama-3 spelling, --not_quantized or "
@@ -56,6 +56,7 @@ class AdapterScorer(RewardModelScorer):
                  quantized: bool = False, dtype=None, warnings: tuple[str, ...] = ()):
         super().__init__(pad_id, 0, 1, bos_id, tokenizer_pad_id)
         self.family = adapter.name
+        self.family_module = adapter.module  # the family's loader and read-out
         self.adapter_notes = tuple(adapter.notes)
         self.loader = loader  # (scorer, path, dtype, device, trust_remote_code, allow_pickle_weights) -> model
         self.bos = bos  # keep | mask | drop: what happens to a doubled BOS
@@ -67,6 +68,9 @@ class AdapterScorer(RewardModelScorer):
         self.warnings = tuple(warnings)
         for w in self.warnings:
             log.warning("%s: %s", self.family, w)
+
+    def code_modules(self):
+        return (*super().code_modules(), self.family_module)
 
     def pass_key(self):
         return ("adapter", self.family, self.pad_id, self.bos_id, self.bos, self.mask, self.field, self.sign,
@@ -87,8 +91,7 @@ class AdapterScorer(RewardModelScorer):
             rows = self.rows(seqs, batch)
             ids, mask = pad_rows(rows, max(map(len, rows)), self.pad_id, device)
             if self.bos == "mask":
-                first = torch.tensor([self.double_bos(r) for r in rows], device=device)
-                mask[first, 0] = 0
+                mask_first_tokens(mask, [self.double_bos(r) for r in rows])
             try:
                 out = model(input_ids=ids, attention_mask=mask) if self.mask else model(input_ids=ids)
             except REMOTE_CODE_ERRORS as e:
@@ -197,9 +200,9 @@ def remote_code_error(where: str, e: Exception) -> Exception:
     official flow's 4.51) and how to get it; under 4, the error itself."""
     import transformers
 
-    from ..tokenizer_loading import transformers_major
+    from ..models.versions import transformers_version
 
-    if transformers_major() < 5:
+    if transformers_version() < (5,):
         return e
     return UsageError(f"model {where}: its own code does not run under transformers {transformers.__version__} "
                       f"({one_line(e, 200)}); it was written for transformers 4, which the official flow uses "

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..tokenize import Encoded
+from ..inputs.tokenize import Encoded
 
 
 class Scorer:
@@ -33,6 +33,11 @@ class Scorer:
     def encode(self, samples, tokenizer, fmt, compat: bool, tokenizer_path=None) -> list[Encoded]:
         """Every sequence of the run, in layout order (rmbench_fast.layout)."""
         raise NotImplementedError
+
+    def code_modules(self) -> tuple[str, ...]:
+        """The modules whose code computes this scorer's numbers: store keys hash their sources and
+        those of every module they import (store.keys)."""
+        return (type(self).__module__,)
 
     def pass_key(self) -> tuple:
         """Whatever else, beyond model, inputs, dtype and batching, decides a pass's arrays."""

@@ -13,16 +13,19 @@ import logging
 import numpy as np
 import torch
 
-from ..batching import Batch, batch_inputs, forward
+from ..inputs.batching import Batch, batch_inputs, forward
 from ..errors import one_line
 from ..kernels import logits_logprobs
-from ..layout import responses
-from ..logprobs import LMHead, segment_stats, token_logprobs
-from ..models import is_causal_decoder, load_model
-from ..tokenize import Encoded, encode_dpo
+from ..inputs.layout import responses
+from .logprobs import LMHead, segment_stats, token_logprobs
+from ..models.kinds import base_model, is_causal_decoder, text_config
+from ..models.loading import load_model
+from ..inputs.tokenize import Encoded, encode_dpo
 from .base import Scorer
 
 log = logging.getLogger("rmbench_fast")
+REF_FREE = ("sum", "avg", "norm")  # DPO without a reference; avg is the official default
+DEFAULT_REF_FREE = "avg"
 
 
 def lm_head_of(model) -> LMHead | None:
@@ -33,9 +36,9 @@ def lm_head_of(model) -> LMHead | None:
     head = model.get_output_embeddings()
     if type(head) is not torch.nn.Linear:  # a subclass may do more in forward (Dory: a learned per-token scale)
         return None
-    if getattr(model, "base_model", None) is None or model.base_model is model:
+    if base_model(model) is None:
         return None
-    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    cfg = text_config(model.config)
     scale = getattr(cfg, "logit_scale", None)
     divisor = getattr(cfg, "logits_scaling", None)
     softcap = getattr(cfg, "final_logit_softcapping", None)
@@ -75,7 +78,7 @@ def batch_token_logprobs(model, seqs, batch: Batch, pad_id: int, device, impl: s
     rows, pos = _label_positions(seqs, batch, device, offsets)
     targets = ids[rows, pos + 1]
     if head is not None:
-        hidden = forward(model.base_model, inputs)[0]
+        hidden = forward(base_model(model), inputs)[0]
         return rows, token_logprobs(hidden[rows, pos], head, targets, impl)
     logits = forward(model, inputs).logits
     return rows, logits_logprobs(logits[rows, pos], targets, "torch" if impl == "plain" else impl)

@@ -1,0 +1,292 @@
+"""The `rmbench-fast` command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from .. import __version__
+from .cache import cache
+from .options import score_options, scoring_options
+from ..errors import RmbenchError, UsageError, one_line
+
+
+def _debug() -> bool:
+    return os.environ.get("RMBENCH_DEBUG") not in (None, "", "0")
+
+
+class _Group(click.Group):
+    """Every fault of the user's input (RmbenchError, or a bad option click finds) is one line on
+    stderr with exit status 2, no traceback; RMBENCH_DEBUG=1 shows the traceback instead."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except RmbenchError as e:
+            if _debug():
+                raise
+            click.echo(f"rmbench-fast: error: {e.one_line()}", err=True)
+            ctx.exit(2)
+
+    def main(self, args=None, prog_name=None, **extra):
+        extra.pop("standalone_mode", None)
+        try:
+            rv = super().main(args=args, prog_name=prog_name, standalone_mode=False, **extra)
+        except click.exceptions.Abort:
+            click.echo("rmbench-fast: aborted", err=True)
+            sys.exit(130)
+        except click.ClickException as e:
+            if _debug():
+                raise
+            where = f" ({e.ctx.command_path} --help)" if getattr(e, "ctx", None) is not None else ""
+            click.echo(f"rmbench-fast: error: {one_line(e.format_message())}{where}", err=True)
+            sys.exit(2 if isinstance(e, click.UsageError) else e.exit_code)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="rmbench-fast")
+def main():
+    """Score reward models and DPO models on RM-Bench, fast and with the official accuracies.
+
+    Set RMBENCH_DEBUG=1 to see a traceback instead of the one-line error message.
+    """
+
+
+@main.command()
+@click.argument("results", type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON instead of a table.")
+def accuracy(results, as_json):
+    """Compute RM-Bench accuracy from a RESULTS file.
+
+    RESULTS is a JSON list whose items carry `score_chosen` and `score_rejected` (3 numbers each,
+    in style order concise, detailed plain, detailed markdown): the `results.json` that
+    `rmbench-fast score` writes (or its run folder), or a results file of the official RM-Bench
+    scripts. The domain of each item is its `domain` key, else the prefix of an id such as
+    "chat/100", else the file name (chat_filtered_*.json), else all items pool into one domain.
+
+    Prints domains x hard/normal/easy/avg and overall, as percentages (a tie counts as wrong,
+    as in the official code).
+    """
+    from ..results.metrics import format_table, summarize
+    from ..results.files import read_scores
+
+    chosen, rejected, domains, subsets, names = read_scores(results)
+    summary = summarize(chosen, rejected, domains, subsets, names)
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        click.echo(format_table(summary))
+
+
+@main.group()
+def data():
+    """Inspect RM-Bench data: `stats` and `validate`.
+
+    PATH is a folder (its *_filtered.json files, or its total_dataset.json), one .json list or
+    .jsonl file, or a hub dataset id such as THU-KEG/RM-Bench (downloaded when online).
+    """
+
+
+@data.command()
+@click.argument("path")
+@click.option("--domains", multiple=True, help="Only these domains (chat, code, math, safety-refuse, "
+              "safety-response, or safety for both); repeat or separate with commas.")
+@click.option("--limit", type=int, default=None, help="Only the first N prompts of each domain.")
+@click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
+def stats(path, domains, limit, as_json):
+    """Prompts per domain and subset, and length statistics (characters) of prompts and responses."""
+    from ..inputs.data import STYLES, dataset_stats, load_dataset
+    from ..inputs.layout import PER_PROMPT
+
+    st = dataset_stats(load_dataset(path, domains=domains, limit=limit))
+    if as_json:
+        click.echo(json.dumps(st, indent=2))
+        return
+    click.echo(f"{st['n_prompts']} prompts, {PER_PROMPT * st['n_prompts']} responses")
+    for domain, d in st["domains"].items():
+        subsets = ", ".join(f"{k} {v}" for k, v in d["subsets"].items())
+        click.echo(f"\n{domain}: {d['n_prompts']} prompts ({subsets})")
+        click.echo(f"  {'characters':<28}{'mean':>9}{'median':>9}{'p95':>9}{'max':>9}")
+        for key in ["prompt"] + [f"{side}_{s}" for side in ("chosen", "rejected") for s in STYLES]:
+            c = d["chars"][key]
+            click.echo(f"  {key:<28}{c['mean']:>9.0f}{c['median']:>9}{c['p95']:>9}{c['max']:>9}")
+
+
+@data.command()
+@click.argument("path")
+def validate(path):
+    """Check every item of PATH; print a one-line summary, or the first fault (file, item, key)
+    with exit status 2."""
+    from ..inputs.data import load_dataset
+
+    samples = load_dataset(path)
+    per_domain = {}
+    for s in samples:
+        per_domain[s.domain] = per_domain.get(s.domain, 0) + 1
+    click.echo(f"ok: {len(samples)} prompts ({', '.join(f'{d} {n}' for d, n in per_domain.items())})")
+
+
+def _print_run(run, summary, out_dir):
+    from ..results.metrics import format_table
+
+    click.echo(format_table(summary))
+    speed = f"{run['tokens_per_s']:,.0f} tokens/s" if run["tokens_per_s"] else "all from the result store"
+    click.echo(f"\n{run['n_sequences']} sequences, {run['real_tokens']:,} tokens "
+               f"(padded/real {run['padding_ratio']:.3f}), {run['passes_computed']} of {run['passes']} model "
+               f"pass(es) computed in {run['score_s']:.1f} s: {speed}; "
+               f"{run['truncated']['sequences']} sequences truncated")
+    if out_dir:
+        click.echo(f"results: {out_dir}/results.json, {out_dir}/summary.json, {out_dir}/run.json")
+
+
+@main.command()
+@click.option("--model", required=True, help="Reward model or DPO policy: a local folder or a hub id.")
+@click.option("--output", "-o", default=None, help="Folder for results.json, summary.json and run.json.")
+@scoring_options
+def score(model, output, **kw):
+    """Score a reward model or DPO model on RM-Bench and print its accuracy.
+
+    Writes results.json (the official per-sample format), summary.json and run.json (options,
+    versions, model fingerprints, token counts, throughput, truncation) into --output. Finished
+    model passes are kept in the result store, so the same command again recomputes nothing, and
+    an interrupted run resumes where it stopped.
+    """
+    from ..engine.score import score as run_score
+
+    result = run_score(score_options(model, output, kw))
+    _print_run(result.run, result.summary, output)
+
+
+@main.command()
+@click.option("--model", "models", multiple=True, help="A checkpoint (repeat for several).")
+@click.option("--checkpoints", default=None, help="A glob of checkpoint folders, e.g. 'runs/dpo/checkpoint-*'.")
+@click.option("--output", "-o", required=True, help="Folder for the sweep: one sub-folder per checkpoint, "
+              "sweep.csv, sweep.json, sweep.png, report.md.")
+@click.option("--no-plots", is_flag=True, help="Skip the pictures and report at the end.")
+@scoring_options
+def sweep(models, checkpoints, output, no_plots, **kw):
+    """Score every checkpoint of a training run, ordered by step.
+
+    The step of a checkpoint is trainer_state.json's global_step, else the number ending its folder
+    name. The reference model's log-probs and the tokenization are computed once and reused by
+    every checkpoint (and by later runs, through the result store): K DPO checkpoints cost K + 1
+    model passes. sweep.csv / sweep.json are updated after every checkpoint; a rerun of the same
+    command after a crash recomputes nothing that finished, and a checkpoint whose files changed
+    is scored again.
+    """
+    from ..engine.sweep import find_checkpoints, run_sweep
+
+    found = find_checkpoints(models, checkpoints)
+    result = run_sweep(score_options(None, None, kw), found, output, plots=not no_plots, echo=click.echo)
+    from ..results.plots import sweep_table
+
+    click.echo("\n" + sweep_table(result["checkpoints"]))
+    click.echo(f"\n{result['model_passes_computed']} model passes computed, {result['model_passes_cached']} from "
+               f"the result store; tables in {output}/sweep.csv and {output}/sweep.json")
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path())
+def plot(run_dir):
+    """Draw a run's accuracy matrices (heatmaps per domain) and, for a sweep, accuracy against step;
+    write report.md (table and pictures, ready for a model card or PR)."""
+    from ..results.plots import plot_run
+
+    for path in plot_run(run_dir):
+        click.echo(f"wrote {path}")
+
+
+@main.command()
+@click.option("--output", "-o", default="rmbench-demo", show_default=True, help="Folder for the demo's runs.")
+@click.option("--cache-dir", default=None, help="Where the demo models are built once "
+              "[default: $RMBENCH_CACHE or ~/.cache/rmbench-fast].")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def demo(output, cache_dir, quiet):
+    """Score the bundled sample with tiny random-weight models, offline.
+
+    Builds (once, cached) a small reward model and a DPO policy/reference pair with random
+    weights, scores the 12-prompt sample that ships with the package in RM mode and DPO mode, and
+    prints the accuracy tables and throughput. Random weights score near chance (50%).
+    """
+    from .demo import run_demo
+
+    run_demo(output, cache_dir, progress=not quiet, echo=click.echo, print_run=_print_run)
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True}, add_help_option=False)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def bench(args):
+    """Throughput against the official flow (runs benchmarks/throughput.py; `bench --help` lists its
+    options). Needs a source checkout and `bash benchmarks/peer/setup.sh` once."""
+    import runpy
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "throughput.py"
+    if not script.is_file():
+        raise UsageError("bench runs benchmarks/throughput.py of a source checkout (git clone the project, then "
+                         "pip install -e .); this installation has no benchmarks folder")
+    sys.argv = [str(script), *args]
+    runpy.run_path(str(script), run_name="__main__")
+
+
+main.add_command(cache)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the adapters as JSON.")
+def adapters(as_json):
+    """The reward-model adapters: families of reward models that are not a plain sequence classifier
+    with one logit, each scored as the official flow scores it. `score` picks one from the model's
+    name (the official REWARD_MODEL_CONFIG names), else its architecture or auto_map; --adapter NAME
+    picks one by hand."""
+    from ..adapters import ADAPTERS
+
+    rows = [{"name": a.name, "summary": a.summary, "official_names": list(a.official_names),
+             "architectures": list(a.architectures), "auto_map": list(a.auto_map), "weights": list(a.weights),
+             "files": list(a.files), "notes": list(a.notes)}
+            for a in ADAPTERS]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        click.echo(f"{r['name']}: {r['summary']}")
+        for key in ("official_names", "architectures", "auto_map", "weights", "files"):
+            if r[key]:
+                click.echo(f"  {key.replace('_', ' ')}: {', '.join(r[key])}")
+        for n in r["notes"]:
+            click.echo(f"  note: {n}")
+
+
+def entry():
+    """The console command: the CLI, then, once everything is written and flushed, an exit that
+    skips the interpreter's teardown, which spends about a second freeing torch and transformers
+    modules and holds nothing of ours (results are written atomically, the store is closed).
+    Ray's shutdown must run, so with Ray loaded the exit is the ordinary one."""
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+        code = 1
+    code = 0 if code is None else int(code)
+    if "ray" in sys.modules:
+        sys.exit(code)
+    import logging
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, OSError):  # a reader that went away (`| head`)
+            pass
+    os._exit(code)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    entry()

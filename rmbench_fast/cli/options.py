@@ -1,0 +1,93 @@
+"""The options `score` and `sweep` share, built from the library's own choices and defaults
+(rmbench_fast.options), and the ScoreOptions they become."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import click
+
+from ..engine.options import (COMPAT, DEFAULT_MAX_TOKENS, DTYPES, ENGINES, LOGPROB_IMPLS, MODES, REF_FREE,
+    ScoreOptions, default)
+
+
+def _opts():
+    cpu, gpu = DEFAULT_MAX_TOKENS["cpu"], DEFAULT_MAX_TOKENS["cuda"]
+    return [
+        click.option("--ref-model", default=None, help="DPO reference model (reward = sum log p_policy - log p_ref)."),
+        click.option("--mode", type=click.Choice(MODES), default=default("mode"), show_default=True,
+                     help="auto: *ForSequenceClassification -> rm, causal LM -> dpo."),
+        click.option("--ref-free", type=click.Choice(REF_FREE), default=None,
+                     help="DPO without a reference: sum, avg (per token; the official default) or norm "
+                          "(minus the L2 norm of the token log-probs)."),
+        click.option("--data", default=default("data"), show_default=True,
+                     help="RM-Bench data: folder, .json/.jsonl file, or hub dataset id."),
+        click.option("--tokenizer", default=None, help="Tokenizer to use instead of the model's."),
+        click.option("--chat-template", default=None,
+                     help="A FastChat conversation template name (tulu built in; others need the fastchat "
+                          "extra), one of the tokenizer's named templates, or a Jinja file. Default: the tokenizer's "
+                          "own chat template, else tulu, as the official scripts; overriding a tokenizer's own "
+                          "template departs from them (warned, recorded in run.json)."),
+        click.option("--dtype", type=click.Choice(DTYPES), default=None,
+                     help="Model dtype [default: float32 on CPU, bfloat16 on GPU]."),
+        click.option("--device", default=None, help="cpu, cuda, cuda:1, ... [default: cuda when available]."),
+        click.option("--max-tokens-per-batch", type=int, default=None,
+                     help=f"Padded tokens (rows x longest row) per batch [default: {gpu} on GPU, {cpu} on CPU, "
+                          "where larger batches only add page faults]."),
+        click.option("--max-batch-size", type=int, default=None, help="At most this many sequences per batch."),
+        click.option("--compat", type=click.Choice(COMPAT), default=None,
+                     help="Reproduce the official pipeline's truncation (RM: left, 2048 tokens; DPO: prompt "
+                          "to its last 128 tokens, responses to 1920), its multi-label scores (the whole logits "
+                          "vector, compared as a list) and, on CUDA, its precision (float16, 8-bit)."),
+        click.option("--label-index", type=int, default=None, help="Logit column of a multi-label reward head."),
+        click.option("--adapter", default=None, help="Score with this reward-model adapter (`rmbench-fast adapters` "
+                     "lists them) [default: chosen from the model's name as the official scripts do, else its "
+                     "architecture or auto_map; plain sequence classifiers need none]."),
+        click.option("--logprob-impl", type=click.Choice(LOGPROB_IMPLS), default=default("logprob_impl"),
+                     show_default=True, help="DPO log-prob path: the fused Triton kernel (GPU), its chunked "
+                     "torch twin (CPU), or plain (the model's full logits). auto: triton on CUDA, torch otherwise."),
+        click.option("--share-prefix/--no-share-prefix", default=default("share_prefix"), show_default=True,
+                     help="Causal decoders: run each prompt's shared prefix (its six sequences start with the "
+                          "same templated prompt) once, and the responses on top of its KV cache. Saves the "
+                          "prompt tokens (13-16% on RM-Bench) at the cost of masked attention over the cache; "
+                          "on CPU at RM-Bench's prompt lengths the two about cancel (see README)."),
+        click.option("--prefix-cache-mb", type=int, default=None,
+                     help="Memory for shared-prefix KV caches at a time; prompts are taken in waves that fit "
+                          "[default: 1024 on CPU, a tenth of the GPU's memory]."),
+        click.option("--trust-remote-code", is_flag=True,
+                     help="Allow code shipped with the model to run (off by default)."),
+        click.option("--limit", type=int, default=None, help="Only the first N prompts of each domain."),
+        click.option("--domains", multiple=True, help="Only these domains (chat, code, math, safety-refuse, "
+                     "safety-response, safety); repeat or separate with commas."),
+        click.option("--cache-dir", default=None, help="The result store: finished work is reused and "
+                     "interrupted work resumed [default: $RMBENCH_CACHE/store, ~/.cache/rmbench-fast/store]."),
+        click.option("--no-cache", is_flag=True, help="Turn the result store off: compute everything."),
+        click.option("--engine", type=click.Choice(ENGINES), default=default("engine"), show_default=True,
+                     help="ray: spread the work over Ray workers (pip install -e '.[ray]')."),
+        click.option("--ray-address", default=None, help="Ray cluster to join [default: RAY_ADDRESS, else start "
+                     "a local Ray instance]."),
+        click.option("--num-workers", type=int, default=default("num_workers"), show_default=True,
+                     help="Ray workers (one model each)."),
+        click.option("--gpus-per-worker", type=float, default=default("gpus_per_worker"), show_default=True,
+                     help="GPUs per Ray worker (0: CPU workers)."),
+        click.option("--allow-pickle-weights", is_flag=True, help="Load pickle-format weights (.bin), which can "
+                     "run code; without it only safetensors load."),
+        click.option("--overwrite", is_flag=True, help="Replace another run's results in the output folder."),
+        click.option("--quiet", "-q", is_flag=True, help="No progress output."),
+    ]
+
+
+def scoring_options(f):
+    """Decorate a command with the shared options."""
+    for opt in reversed(_opts()):
+        f = opt(f)
+    return f
+
+
+def score_options(model, output, kw) -> ScoreOptions:
+    """ScoreOptions from the shared options: same names, except --no-cache, --quiet and --domains."""
+    names = {f.name for f in fields(ScoreOptions)}
+    given = {k: v for k, v in kw.items() if k in names}
+    given.update(model=model, output=output, domains=tuple(kw["domains"]), cache=not kw["no_cache"],
+                 progress=not kw["quiet"])
+    return ScoreOptions(**given)

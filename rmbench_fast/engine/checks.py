@@ -1,0 +1,117 @@
+"""Checks before any work: options, models, tokenizers and output folders that do not fit
+together are one-line UsageErrors naming what and where, raised before a model pass starts.
+prepare loads everything first (engine.prepare.load_run), then check_run checks it all here."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from ..errors import UsageError
+from ..inputs.layout import sequence_name
+from ..inputs.tokenize import Encoded
+from ..models.kinds import is_reward_model
+from .options import COMPAT, DTYPES, ENGINES, LOGPROB_IMPLS, MODES, REF_FREE, SCORED_OPTIONS, ScoreOptions
+
+
+def check_options(o: ScoreOptions):
+    if o.mode not in MODES:
+        raise UsageError(f"--mode {o.mode}: expected one of {', '.join(MODES)}")
+    if o.ref_free is not None and o.ref_free not in REF_FREE:
+        raise UsageError(f"--ref-free {o.ref_free}: expected one of {', '.join(REF_FREE)}")
+    if o.ref_free is not None and o.ref_model is not None:
+        raise UsageError("--ref-free and --ref-model exclude each other: the reference-free rewards use no reference")
+    if o.engine not in ENGINES:
+        raise UsageError(f"--engine {o.engine}: expected one of {', '.join(ENGINES)}")
+    if o.num_workers < 1:
+        raise UsageError("--num-workers must be at least 1")
+    if o.compat is not None and o.compat not in COMPAT:
+        raise UsageError(f"--compat {o.compat}: the only compatibility mode is 'official'")
+    if o.dtype is not None and o.dtype not in DTYPES:
+        raise UsageError(f"--dtype {o.dtype}: expected one of {', '.join(DTYPES)}")
+    if o.logprob_impl not in LOGPROB_IMPLS:
+        raise UsageError(f"--logprob-impl {o.logprob_impl}: expected one of {', '.join(LOGPROB_IMPLS)}")
+    if o.max_tokens_per_batch is not None and o.max_tokens_per_batch < 1:
+        raise UsageError("--max-tokens-per-batch must be at least 1")
+    if o.max_batch_size is not None and o.max_batch_size < 1:
+        raise UsageError("--max-batch-size must be at least 1")
+    if o.prefix_cache_mb is not None and o.prefix_cache_mb < 1:
+        raise UsageError("--prefix-cache-mb must be at least 1")
+
+
+def check_kind(path: str, config, mode: str, what: str) -> None:
+    """A sequence classifier given as a DPO model, or a causal LM as a reward model, is an error."""
+    archs = getattr(config, "architectures", None) or []
+    if not archs:
+        return
+    is_rm = is_reward_model(config)
+    if mode == "dpo" and is_rm:
+        raise UsageError(f"{what} {path} is a sequence classifier ({archs[0]}): it has no language-model head to "
+                         f"score as a DPO {'policy' if what == 'model' else 'reference'}; use --mode rm")
+    if mode == "rm" and not is_rm:
+        raise UsageError(f"{what} {path} is not a sequence classifier ({archs[0]}): score it as a DPO model "
+                         "(--mode dpo) or give a reward model")
+
+
+def check_run(o: ScoreOptions, run) -> None:
+    """Everything loaded for a run (engine.prepare.Loaded) against the options and each other."""
+    if run.adapter is not None:
+        if o.ref_model is not None or o.ref_free is not None:
+            raise UsageError(f"--ref-model / --ref-free are for DPO models; {o.model} is a reward model "
+                             f"(adapter {run.adapter.name})")
+        return
+    if o.adapter:
+        raise UsageError(f"--adapter {o.adapter} scores reward models, not --mode {o.mode}")
+    check_kind(o.model, run.config, run.mode, "model")
+    if run.mode == "rm":
+        if o.ref_model is not None:
+            raise UsageError("--ref-model is for DPO models; the model is a sequence classifier (rm mode)")
+        if o.ref_free is not None:
+            raise UsageError("--ref-free is for DPO models; the model is a sequence classifier (rm mode)")
+        return
+    if run.tokenizer.eos_token_id is None:
+        raise UsageError(f"tokenizer {run.tokenizer_path}: has no EOS token, which DPO scoring appends to every "
+                         "response")
+    if o.ref_model:
+        check_reference(o, run)
+
+
+def check_reference(o: ScoreOptions, run) -> None:
+    check_kind(o.ref_model, run.ref_config, "dpo", "reference model")
+    ref_vocab, vocab = getattr(run.ref_config, "vocab_size", None), getattr(run.config, "vocab_size", None)
+    if ref_vocab != vocab:
+        raise UsageError(f"policy and reference vocabularies differ ({vocab} vs {ref_vocab}): they must share one "
+                         "tokenizer")
+    if run.ref_tokenizer is not None and run.ref_tokenizer.get_vocab() != run.tokenizer.get_vocab():
+        raise UsageError(f"policy and reference tokenizers differ ({o.model} vs {o.ref_model}): the reference's "
+                         "log-probs must be of the same tokens")
+
+
+def check_output(o: ScoreOptions) -> None:
+    """Refuse to mix runs: an output folder holding another run's results (different options) is an
+    error unless --overwrite. The same command again is fine (it resumes or reuses)."""
+    out = Path(o.output)
+    run_file, results_file = out / "run.json", out / "results.json"
+    if not (run_file.exists() or results_file.exists()) or o.overwrite:
+        return
+    try:
+        before = json.loads(run_file.read_text())["options"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise UsageError(f"--output {o.output}: holds results.json of an unknown run; pass --overwrite to replace "
+                         "it") from None
+    now = asdict(o)
+    changed = [k for k in SCORED_OPTIONS if json.dumps(before.get(k)) != json.dumps(now.get(k))]
+    if changed:
+        raise UsageError(f"--output {o.output}: holds another run's results (different {', '.join(changed)}); "
+                         "pass --overwrite to replace them, or choose another folder")
+
+
+def context_check(samples, seqs: list[Encoded], config, compat: bool):
+    limit = getattr(config, "max_position_embeddings", None)
+    if compat or not limit:
+        return
+    for i, e in enumerate(seqs):
+        if len(e.ids) > limit:
+            raise UsageError(f"{sequence_name(samples, i)}: {len(e.ids)} tokens exceed the model's context length "
+                             f"{limit}; use --compat official to truncate as the official scripts do")

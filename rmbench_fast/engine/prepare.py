@@ -1,0 +1,139 @@
+"""data -> templates -> tokenize -> batch: everything a run's model passes need, computed once per
+(tokenizer, template, data, options), with the tokenized inputs kept in the result store.
+
+In three phases: load what the run names (data, configs, tokenizers, what each model is, the chat
+format), then check it all at once (engine.checks.check_run), then build the scorer and the batches.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..inputs.batching import make_batches
+from ..inputs.data import Sample, load_dataset
+from ..inputs.prefix import PrefixPlan, default_budget_bytes, kv_bytes_per_token, plan_batches, plan_prefixes
+from ..inputs.templates import ChatFormat
+from ..inputs.tokenize import Encoded, official_tokenizer_class, pack, unpack
+from ..models.device import resolve_device
+from ..models.kinds import detect_mode, is_causal_decoder
+from ..models.loading import load_config, load_tokenizer, tokenizer_folder
+from ..models.precision import Precision, choose as choose_precision
+from ..scorers import Scorer, make_scorer
+from ..store.entries import Store
+from ..store.fingerprints import data_fingerprint, tokenizer_fingerprint
+from ..store.keys import tokenized_key
+from .checks import check_options, check_run, context_check
+from .options import DEFAULT_MAX_TOKENS, ScoreOptions
+
+log = logging.getLogger("rmbench_fast")
+
+
+@dataclass
+class Loaded:
+    """What a run names, loaded and not yet checked against each other."""
+    device: torch.device
+    samples: list[Sample]
+    config: object
+    tokenizer_path: str
+    tokenizer: object
+    adapter: object  # adapters.Adapter, or None for the plain scorers
+    mode: str  # rm or dpo
+    ref_config: object  # None without --ref-model
+    ref_tokenizer: object  # None unless --ref-model is a folder with tokenizer files
+    fmt: ChatFormat
+
+
+def load_run(o: ScoreOptions) -> Loaded:
+    from ..adapters import select
+
+    device = resolve_device(o.device)
+    samples = load_dataset(o.data, domains=o.domains, limit=o.limit)
+    config = load_config(o.model, o.trust_remote_code)
+    tok_path = tokenizer_folder(o.tokenizer or o.model)
+    tokenizer = load_tokenizer(tok_path, o.trust_remote_code)
+    adapter = select(o.model, config, o.adapter) if o.mode in ("auto", "rm") else None
+    mode = "rm" if adapter is not None else detect_mode(config) if o.mode == "auto" else o.mode
+    ref_config = ref_tokenizer = None
+    if o.ref_model:
+        ref_config = load_config(o.ref_model, o.trust_remote_code)
+        ref_dir = Path(o.ref_model)
+        if ref_dir.is_dir() and any((ref_dir / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
+            ref_tokenizer = load_tokenizer(o.ref_model, o.trust_remote_code)
+    return Loaded(device, samples, config, tok_path, tokenizer, adapter, mode, ref_config, ref_tokenizer,
+                  ChatFormat(tokenizer, o.chat_template))
+
+
+@dataclass
+class Prepared:
+    samples: list[Sample]
+    scorer: Scorer
+    config: object
+    tokenizer: object
+    fmt: ChatFormat
+    seqs: list[Encoded]  # every sequence of the run, in layout order
+    lengths: np.ndarray
+    batches: list
+    max_tokens: int  # --max-tokens-per-batch, or the device's default
+    plan: PrefixPlan | None  # shared prompt prefixes; then batches hold suffixes
+    batch_lengths: np.ndarray  # what the batches were cut from: lengths, less shared prefixes
+    device: torch.device
+    precision: Precision
+    tok_key: str | None
+    tokenize_s: float
+    tokenize_cached: bool
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.precision.dtype
+
+
+def prepare(o: ScoreOptions, store: Store) -> Prepared:
+    check_options(o)
+    run = load_run(o)
+    check_run(o, run)
+    compat = o.compat == "official"
+    samples, config, tokenizer, tok_path, device, fmt = (run.samples, run.config, run.tokenizer, run.tokenizer_path,
+                                                         run.device, run.fmt)
+    scorer = make_scorer(o, run.mode, run.adapter, config, tokenizer, device, tok_path)
+    precision = choose_precision(o, device, scorer.mode, scorer.official_quantized, scorer.official_dtype)
+    dtype, scorer.int8 = precision.dtype, precision.int8
+    if fmt.departure:
+        log.warning("%s (run.json records it)", fmt.departure)
+
+    t0 = time.perf_counter()
+    tok_fp = tokenizer_fingerprint(tok_path, store.hashes)
+    tok_key = None if tok_fp is None else tokenized_key(
+        scorer.code_modules(), tok_fp, fmt.name, fmt.jinja, fmt.text("{prompt}", "{response}"),
+        data_fingerprint(samples), type(scorer).__name__, compat, official_tokenizer_class(tokenizer, tok_path),
+        fmt.tokenizer_has_template)
+    cached = store.get(tok_key) if tok_key else None
+    if cached is not None:
+        seqs = unpack(cached)
+    else:
+        seqs = scorer.encode(samples, tokenizer, fmt, compat, tok_path)
+        if tok_key:
+            store.put(tok_key, pack(seqs))
+    tokenize_s = time.perf_counter() - t0
+    context_check(samples, seqs, config, compat)
+    lengths = np.array([len(e.ids) for e in seqs], dtype=np.int64)
+    max_tokens = o.max_tokens_per_batch or DEFAULT_MAX_TOKENS.get(device.type, DEFAULT_MAX_TOKENS["cuda"])
+    plan = None
+    if o.share_prefix and is_causal_decoder(config):
+        limits = np.array([scorer.readout_limit(e) for e in seqs], dtype=np.int64)
+        plan = plan_prefixes([e.ids for e in seqs], limits, kv_bytes_per_token(config, dtype),
+                             default_budget_bytes(device, o.prefix_cache_mb))
+        plan = plan if plan.saved_tokens() > 0 else None
+    if plan is not None:
+        batch_lengths = lengths - plan.prefix
+        batches = plan_batches(lengths, plan, max_tokens, o.max_batch_size)
+    else:
+        batch_lengths = lengths
+        batches = make_batches(lengths, max_tokens, o.max_batch_size)
+    return Prepared(samples, scorer, config, tokenizer, fmt, seqs, lengths, batches, max_tokens, plan, batch_lengths,
+                    device, precision, tok_key, tokenize_s, cached is not None)

@@ -1,0 +1,72 @@
+"""run.json: how a run was scored (options, scorer, models, versions, machine), what it computed
+(token counts, batches, truncation, shared prefixes, the sequence lengths benchmarks need) and how
+long it took."""
+
+from __future__ import annotations
+
+import platform
+import time
+from dataclasses import asdict
+
+import numpy as np
+import torch
+
+from ..inputs.batching import token_counts
+from ..store.keys import library_versions
+from ..inputs.tokenize import OFFICIAL_MAX_LENGTH
+
+
+def versions() -> dict:
+    import numba
+
+    return {**library_versions(), "numba": numba.__version__, "numpy": np.__version__}
+
+
+def run_info(prep, o, passes: dict, store, t_start: float) -> dict:
+    seqs, lengths, plan = prep.seqs, prep.lengths, prep.plan
+    counts = token_counts(prep.batch_lengths, prep.batches)
+    shared = plan.shared_tokens() if plan is not None else 0
+    # real_tokens: every sequence whole; padded_tokens: what the model computes (the batches with
+    # their padding, each shared prefix once), so below real_tokens when prefixes are shared;
+    # padding_ratio: computed tokens with padding over computed tokens without (padding alone)
+    counts.update(real_tokens=int(lengths.sum()), padded_tokens=counts["padded_tokens"] + shared,
+                  padding_ratio=(counts["padded_tokens"] + shared) / max(1, counts["real_tokens"] + shared),
+                  shared_prefix={"prompts": plan.prompts() if plan is not None else 0,
+                                 "tokens_saved": plan.saved_tokens() if plan is not None else 0})
+    computed = [p for p in passes.values() if not p.info["cached"]]
+    score_s = sum(p.info["seconds"] for p in computed)
+    computed_tokens = counts["real_tokens"] * len(computed)
+    return {
+        "options": asdict(o),
+        **prep.scorer.describe(),
+        **prep.scorer.notes(seqs),
+        "compat": o.compat,
+        "chat_template": prep.fmt.name,
+        "chat_template_departs_from_official": prep.fmt.departure,
+        "device": str(prep.device),
+        "dtype": str(prep.dtype).replace("torch.", ""),
+        "precision": prep.precision.describe(),
+        "models": {role: p.info for role, p in passes.items()},
+        "versions": versions(),
+        "machine": {"platform": platform.platform(), "python": platform.python_version(),
+                    "cpu_threads": torch.get_num_threads(),
+                    "gpu": torch.cuda.get_device_name(prep.device) if prep.device.type == "cuda" else None,
+                    "peak_gpu_gib": (torch.cuda.max_memory_allocated(prep.device) / 2**30
+                                     if prep.device.type == "cuda" else None)},
+        "n_prompts": len(prep.samples),
+        "n_sequences": len(seqs),
+        **counts,
+        # what benchmarks need to count model FLOPs without preparing the run again
+        "sequences": {"lengths": lengths.tolist(), "scored_tokens": int(sum(len(e.ids) - e.start for e in seqs))},
+        "passes": len(passes),
+        "passes_computed": len(computed),
+        "max_sequence_tokens": int(lengths.max()) if len(lengths) else 0,
+        "sequences_over_2048_tokens": int(sum(len(e.ids) + e.cut > OFFICIAL_MAX_LENGTH for e in seqs)),
+        "truncated": {"sequences": int(sum(e.cut > 0 for e in seqs)), "tokens": int(sum(e.cut for e in seqs))},
+        "cache": {"dir": str(store.root) if store.enabled else None, "tokenized_from_cache": prep.tokenize_cached},
+        "wall_s": time.perf_counter() - t_start,
+        "tokenize_s": prep.tokenize_s,
+        "score_s": score_s,
+        "tokens_per_s": computed_tokens / score_s if score_s > 0 and computed_tokens else None,
+        "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }

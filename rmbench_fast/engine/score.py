@@ -1,0 +1,128 @@
+"""`score`: prepare the inputs, run each model pass the scorer asks for (through the result store,
+locally or on Ray), turn the passes into rewards, metrics and results."""
+
+from __future__ import annotations
+
+import gc
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..store.caching import PassResult, cached_pass
+from .checks import check_output
+from ..inputs.data import Sample
+from ..store.fingerprints import model_fingerprint
+from ..store.keys import pass_key
+from ..inputs.layout import sequence_name, split_scores
+from ..results.metrics import summarize
+from .options import ScoreOptions
+from ..store.paths import store_root
+from ..inputs.prefix import PrefixKV
+from .prepare import Prepared, prepare
+from .progress import Progress
+from .report import run_info
+from ..store.atomic import atomic_write_json
+from ..results.files import write_results
+from .runner import load_for_pass, run_batches
+from ..store.entries import Store
+
+__all__ = ["ScoreOptions", "ScoreRun", "open_store", "prepare", "model_pass", "score"]
+
+
+@dataclass
+class ScoreRun:
+    samples: list[Sample]
+    chosen: np.ndarray  # [n_prompts, 3]
+    rejected: np.ndarray
+    summary: dict
+    run: dict = field(default_factory=dict)
+
+
+def open_store(o: ScoreOptions) -> Store:
+    return Store(store_root(o.cache_dir) if o.cache else None)
+
+
+def _local(prep: Prepared, o: ScoreOptions, model_path: str):
+    """compute(todo, arrays, on_batch) for a pass in this process."""
+
+    def compute(todo, arrays, on_batch):
+        t0 = time.perf_counter()
+        model, info = load_for_pass(prep.scorer, model_path, prep.dtype, prep.device, o.trust_remote_code,
+                                    o.allow_pickle_weights)
+        info["load_s"] = time.perf_counter() - t0
+        try:
+            prefix = None
+            if prep.plan is not None:
+                prefix = PrefixKV(model, [e.ids for e in prep.seqs], prep.plan,
+                                  np.concatenate([b.indices for b in todo]), prep.scorer.pad_id, prep.device,
+                                  prep.max_tokens)
+            info.update(run_batches(prep.scorer, model, prep.seqs, todo, arrays, prep.device, prep.batch_lengths,
+                                    lambda i: sequence_name(prep.samples, i), on_batch, prefix))
+            if prefix is not None:
+                info["prefix_sharing"] = prefix.note
+            info["batches_s"] = time.perf_counter() - t0 - info["load_s"]  # the forwards, after loading
+            return info
+        finally:
+            model = prefix = None  # free them before the next pass loads
+            gc.collect()
+
+    return compute
+
+
+def model_pass(prep: Prepared, o: ScoreOptions, model_path: str, role: str, store: Store, hooks=None) -> PassResult:
+    """One model over every sequence, through the store. hooks(role, batch) runs after each batch
+    (tests count forward calls and inject failures with it)."""
+    t0, read = time.perf_counter(), store.hashes.bytes_hashed
+    fp = model_fingerprint(model_path, store.hashes, content=store.enabled)
+    store.hashes.save()
+    fp.update(fingerprint_s=time.perf_counter() - t0, bytes_hashed=store.hashes.bytes_hashed - read)
+    key = None
+    model_key = fp["sha256"] or fp.get("stat_key")  # stat_key: --no-cache, results kept in memory only
+    if model_key and prep.tok_key:
+        key = pass_key(prep.scorer.code_modules(), model_key, prep.tok_key, prep.device, prep.precision.int8,
+                       prep.plan is not None, str(prep.dtype), prep.device.type, *prep.scorer.pass_key(),
+                       prep.max_tokens, o.max_batch_size, *(prep.plan.key() if prep.plan is not None else ()))
+    if o.engine == "ray":
+        from .distributed import RayConfig, ray_compute
+
+        compute = ray_compute(RayConfig(o.ray_address, o.num_workers, o.gpus_per_worker), prep, o, model_path)
+    else:
+        compute = _local(prep, o, model_path)
+    progress = Progress(len(prep.seqs), prep.batch_lengths, role, o.progress)
+    result = cached_pass(store, key, prep.scorer.outputs, len(prep.seqs), prep.batches, compute, progress,
+                         None if hooks is None else (lambda b: hooks(role, b)))
+    result.info = {**fp, "role": role, **result.info}
+    return result
+
+
+def finish(prep: Prepared, o: ScoreOptions, passes: dict, t_start: float, store: Store) -> ScoreRun:
+    """rewards -> metrics -> results (written when o.output is set)."""
+    scores = prep.scorer.rewards({role: p.arrays for role, p in passes.items()})
+    chosen, rejected = split_scores(scores, len(prep.samples))
+    samples = prep.samples
+    summary = summarize(chosen, rejected, [s.domain for s in samples], [s.subset for s in samples],
+                        [s.name for s in samples])
+    run = run_info(prep, o, passes, store, t_start)
+    if o.output:
+        write_results(o.output, samples, chosen, rejected, summary)
+        atomic_write_json(Path(o.output) / "run.json", run)
+    return ScoreRun(samples, chosen, rejected, summary, run)
+
+
+def score(o: ScoreOptions, store: Store | None = None, hooks=None) -> ScoreRun:
+    """Score every sample of `o.data` with `o.model`; write results when `o.output` is set.
+    Finished work comes from the store (o.cache_dir, default ~/.cache/rmbench-fast/store)."""
+    t_start = time.perf_counter()
+    own_store = store is None
+    store = store or open_store(o)
+    try:
+        if o.output:
+            check_output(o)
+        prep = prepare(o, store)
+        passes = {role: model_pass(prep, o, path, role, store, hooks) for role, path in prep.scorer.roles(o)}
+        return finish(prep, o, passes, t_start, store)
+    finally:
+        if own_store:
+            store.close()

@@ -1,0 +1,161 @@
+"""`sweep`: every checkpoint of a training run, with the shared work done once.
+
+Checkpoints are ordered by step. Each is scored by the engine into its own sub-folder; the result
+store makes the reference model's pass and the tokenization happen once for all of them (K + 1
+model passes for K DPO checkpoints instead of 2K), and makes a rerun after a crash recompute
+nothing that finished. sweep.csv and sweep.json are rewritten after every checkpoint.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import io
+import json
+import re
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from .score import ScoreOptions, model_pass, open_store, prepare, score
+from ..errors import UsageError
+from ..store.atomic import atomic_write_json, atomic_write_text
+from ..store.entries import Store
+
+_STEP = re.compile(r"(?:checkpoint|step|ckpt|iter)[-_]?(\d+)$|(\d+)$", re.IGNORECASE)
+
+
+def checkpoint_step(path: str) -> int | None:
+    """The training step: trainer_state.json's global_step, else the number ending the folder's
+    name (checkpoint-500, step_1000, ...), else None."""
+    p = Path(path)
+    state = p / "trainer_state.json"
+    if state.is_file():
+        try:
+            step = json.loads(state.read_text()).get("global_step")
+            if isinstance(step, int):
+                return step
+        except (OSError, ValueError):
+            pass
+    m = _STEP.search(p.name)
+    return int(m.group(1) or m.group(2)) if m else None
+
+
+def find_checkpoints(models: tuple[str, ...] = (), pattern: str | None = None) -> list[tuple[int | None, str]]:
+    paths = list(models)
+    if pattern:
+        matched = sorted(p for p in glob.glob(pattern) if Path(p).is_dir())
+        if not matched:
+            raise UsageError(f"--checkpoints {pattern}: no folder matches")
+        paths += matched
+    if not paths:
+        raise UsageError("give checkpoints with --model (several times) or --checkpoints GLOB")
+    seen, out = set(), []
+    for p in paths:
+        key = str(Path(p).resolve()) if Path(p).exists() else p
+        if key not in seen:
+            seen.add(key)
+            out.append((checkpoint_step(p), p))
+    # by step; checkpoints without one keep their given order, after the numbered ones
+    return sorted(out, key=lambda sp: (sp[0] is None, sp[0] if sp[0] is not None else 0))
+
+
+def _row(name: str, sub: str, path: str, step, summary: dict) -> dict:
+    row = {"checkpoint": name, "dir": sub, "path": path, "step": step, "overall": summary["overall"],
+           "hard": summary["hard"], "normal": summary["normal"], "easy": summary["easy"]}
+    for d, acc in summary["domains"].items():
+        row[f"{d}_avg"] = acc["avg"]
+    return row
+
+
+def _write_tables(out: Path, rows: list[dict], meta: dict) -> None:
+    atomic_write_json(out / "sweep.json", {**meta, "checkpoints": rows})
+    buf = io.StringIO()
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write_text(out / "sweep.csv", buf.getvalue())
+
+
+def _sub_dirs(checkpoints) -> list[str]:
+    names, subs = set(), []
+    for k, (_, path) in enumerate(checkpoints):
+        name = Path(path).name or f"checkpoint-{k}"
+        sub = name if name not in names else f"{k:03d}-{name}"
+        names.add(sub)
+        subs.append(sub)
+    return subs
+
+
+def run_sweep(o: ScoreOptions, checkpoints: list[tuple[int | None, str]], output: str, hooks=None, plots: bool = True,
+              echo=print) -> dict:
+    """Score each checkpoint in order into output/<name>; returns the sweep table."""
+    out = Path(output)
+    out.mkdir(parents=True, exist_ok=True)
+    subs = _sub_dirs(checkpoints)
+    meta = {"options": {k: v for k, v in vars(o).items() if k != "model"}, "n_checkpoints": len(checkpoints),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    if o.engine == "ray":
+        rows, computed, cached = _sweep_on_ray(o, checkpoints, subs, out, meta, hooks, echo)
+    else:
+        store = open_store(o)
+        rows, computed, cached = [], 0, 0
+        try:
+            for k, ((step, path), sub) in enumerate(zip(checkpoints, subs)):
+                echo(f"[{k + 1}/{len(checkpoints)}] {Path(path).name} (step {step if step is not None else '-'})")
+                run = score(replace(o, model=path, output=str(out / sub)), store=store, hooks=hooks)
+                computed += run.run["passes_computed"]
+                cached += run.run["passes"] - run.run["passes_computed"]
+                rows.append(_row(Path(path).name, sub, path, step, run.summary))
+                _write_tables(out, rows, {**meta, "model_passes_computed": computed, "model_passes_cached": cached})
+        finally:
+            store.close()
+    if plots and rows:
+        from ..results.plots import plot_run
+
+        plot_run(out)
+    return {"checkpoints": rows, "model_passes_computed": computed, "model_passes_cached": cached}
+
+
+def _checkpoint_task(o: ScoreOptions, store_dir: str) -> dict:
+    """One checkpoint on a Ray worker: the local engine against the shared store."""
+    store = Store(store_dir)
+    try:
+        run = score(o, store=store)
+    finally:
+        store.close()
+    return {"summary": run.summary, "passes": run.run["passes"], "passes_computed": run.run["passes_computed"]}
+
+
+def _sweep_on_ray(o: ScoreOptions, checkpoints, subs, out: Path, meta: dict, hooks, echo):
+    """The reference pass first, spread over every worker; then one task per checkpoint, each running
+    the local engine on some worker against the shared result store."""
+    from .distributed import RayConfig, run_checkpoints_on_ray
+
+    if not o.cache:
+        raise UsageError("--engine ray shares work through the result store: drop --no-cache (and put --cache-dir "
+                         "on storage every worker sees)")
+    store = open_store(o)
+    cfg = RayConfig(o.ray_address, o.num_workers, o.gpus_per_worker)
+    computed = cached = 0
+    try:
+        if o.ref_model:
+            echo(f"reference {o.ref_model}: one pass over {o.num_workers} workers")
+            prep = prepare(replace(o, model=checkpoints[0][1]), store)
+            ref = model_pass(prep, o, o.ref_model, "ref_model", store, hooks)
+            computed += 0 if ref.info["cached"] else 1
+    finally:
+        store.close()
+    jobs = [(k, replace(o, model=path, output=str(out / sub), engine="local", progress=False))
+            for k, ((_, path), sub) in enumerate(zip(checkpoints, subs))]
+    rows = {}
+    for k, result in run_checkpoints_on_ray(cfg, jobs, str(store.root), _checkpoint_task):
+        step, path = checkpoints[k]
+        computed += result["passes_computed"]
+        cached += result["passes"] - result["passes_computed"]
+        rows[k] = _row(Path(path).name, subs[k], path, step, result["summary"])
+        echo(f"done {Path(path).name} (step {step if step is not None else '-'})")
+        ordered = [rows[i] for i in sorted(rows)]
+        _write_tables(out, ordered, {**meta, "model_passes_computed": computed, "model_passes_cached": cached})
+    return [rows[i] for i in sorted(rows)], computed, cached

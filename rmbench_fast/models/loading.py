@@ -1,0 +1,160 @@
+"""Loading a model's config, its tokenizer (a local folder, or the hub's files for a hub id) and its
+weights, with one-line errors for what does not load or does not match."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ..errors import UsageError, one_line
+from .versions import transformers_version
+
+
+def check_model_path(path: str, what: str = "model") -> None:
+    """A path that can only be local (absolute, relative with ./ or ~, or deeper than owner/name)
+    must exist: say so plainly rather than as a failed hub look-up."""
+    local = Path(path).expanduser()
+    if local.exists():
+        return
+    if path.startswith(("/", ".", "~")) or path.count("/") != 1:
+        raise UsageError(f"{what} {path}: no such folder (and not a hub id of the form owner/name)")
+
+
+def load_config(path: str, trust_remote_code: bool):
+    from transformers import AutoConfig
+
+    check_model_path(path)
+    local = Path(path)
+    if local.exists() and not (local / "config.json").is_file():
+        raise UsageError(f"model {path}: folder has no config.json")
+    try:
+        return AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except OSError as e:
+        raise UsageError(f"model {path}: cannot load its config ({one_line(e, 300)})") from None
+    except ValueError as e:
+        if "trust_remote_code" in str(e):
+            raise UsageError(f"model {path}: its config is the model's own code (config.json auto_map AutoConfig): "
+                             "pass --trust-remote-code if you trust it") from None
+        raise UsageError(f"model {path}: {one_line(e, 300)}") from None
+
+
+def tokenizer_folder(path: str) -> str:
+    """A local folder holding the tokenizer's files: `path` itself, or for a hub id its snapshot of
+    the tokenizer files and config.json (downloaded when online, else the cache), so that tokenizers
+    from the hub load as transformers 4.51 builds them too (tokenizer_loading reads the folder)."""
+    if Path(path).expanduser().is_dir():
+        return path
+    check_model_path(path, "tokenizer")
+    from huggingface_hub import snapshot_download
+
+    from ..store.fingerprints import TOKENIZER_FILES
+
+    try:
+        return snapshot_download(path, allow_patterns=list(TOKENIZER_FILES) + ["config.json", "*.py"])
+    except Exception as e:  # offline and not cached, unknown repo, gated, ...
+        raise UsageError(f"tokenizer {path}: not a local folder, and fetching it from the hub failed "
+                         f"({type(e).__name__}: {one_line(e, 200)})") from None
+
+
+def load_tokenizer(path: str, trust_remote_code: bool):
+    """The tokenizer as the official flow (transformers 4.51) loads it (tokenizer_loading)."""
+    from .tokenizer_loading import load_tokenizer as load_as_official
+
+    check_model_path(path, "tokenizer")
+    try:
+        tok = load_as_official(path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, TypeError) as e:
+        raise UsageError(f"tokenizer {path}: cannot load it ({one_line(e, 300)})") from None
+    if tok.eos_token_id is None and tok.pad_token_id is None:
+        raise UsageError(f"tokenizer {path}: has neither an EOS nor a pad token")
+    return tok
+
+
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
+
+
+def own_class(cls, path: str):
+    """For an Auto class and a folder whose config.json maps it to the model's own code (auto_map),
+    that class itself. Loading through the Auto class would also register the class for the
+    config's class process-wide (transformers' `cls.register(config.__class__, ...)`): a remote
+    class declared for LlamaConfig, as ArmoRM's is, would then be what every later
+    AutoModel*.from_config / from_pretrained of a plain Llama in this process builds."""
+    from transformers import AutoConfig
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+    if not hasattr(cls, "_model_mapping"):  # not an Auto class: the class itself
+        return cls
+    ref = (getattr(AutoConfig.from_pretrained(path, trust_remote_code=True), "auto_map", None) or {}).get(cls.__name__)
+    return get_class_from_dynamic_module(ref, path) if ref else cls
+
+
+def _dtype_kwarg() -> str:
+    """transformers 4.56 renamed from_pretrained's torch_dtype to dtype."""
+    return "dtype" if transformers_version() >= (4, 56) else "torch_dtype"
+
+
+def load_model(path: str, mode: str, dtype: torch.dtype, device: torch.device, trust_remote_code: bool,
+               allow_pickle_weights: bool = False, load_in_8bit: bool = False, model_class=None):
+    """Load weights from safetensors; pickle-format weights (which can run code when loaded) only
+    with allow_pickle_weights. Every weight of the model's class must come from the files and
+    every weight in the files must be used: a head whose names do not match its class would
+    otherwise be random (or silently dropped), so that is an error naming the weights.
+    load_in_8bit: bitsandbytes LLM.int8 on CUDA, as the official scripts load most models."""
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # our own progress bar reports the work
+    cls = model_class or (AutoModelForSequenceClassification if mode == "rm" else AutoModelForCausalLM)
+    local = Path(path)
+    if local.is_dir() and not allow_pickle_weights:
+        names = [p.name for p in local.iterdir()]
+        if not any(n.endswith(".safetensors") for n in names):
+            pickled = [n for n in names if n.endswith(PICKLE_SUFFIXES)]
+            if pickled:
+                raise UsageError(f"model {path}: weights are pickle files ({pickled[0]}), which can run code when "
+                                 "loaded; pass --allow-pickle-weights if you trust them, or convert them to "
+                                 "safetensors")
+    kw = {"trust_remote_code": trust_remote_code, _dtype_kwarg(): dtype, "output_loading_info": True}
+    if not allow_pickle_weights:
+        kw["use_safetensors"] = True
+    if load_in_8bit:
+        kw.update(quantization_config=_int8_config(), device_map={"": device.index or 0})
+    what = "a sequence classifier" if mode == "rm" else "a causal LM"
+    try:
+        if trust_remote_code:
+            cls = own_class(cls, path)
+        model, info = cls.from_pretrained(path, **kw)
+    except (OSError, ValueError) as e:
+        hint = "" if allow_pickle_weights else " (only safetensors weights load without --allow-pickle-weights)"
+        raise UsageError(f"model {path}: cannot load it as {what} ({one_line(e, 300)}){hint}") from None
+    check_loading(path, type(model).__name__, info)
+    model = model if load_in_8bit else model.to(device)
+    return model.eval().requires_grad_(False)
+
+
+def check_loading(path: str, cls_name: str, info: dict) -> None:
+    """Missing, unexpected or mismatched weights end the run before any pass, naming them."""
+    problems = []
+    for key, what in (("missing_keys", "not in the files, so they would be random"),
+                      ("unexpected_keys", "in the files but unused by the class"),
+                      ("mismatched_keys", "of another shape in the files")):
+        names = sorted(str(k[0] if isinstance(k, tuple) else k) for k in (info.get(key) or []))
+        if names:
+            more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+            problems.append(f"{', '.join(names[:5])}{more} ({what})")
+    if problems:
+        raise UsageError(f"model {path}: loading it as {cls_name} does not match its weights: {'; '.join(problems)}. "
+                         "Its head probably has other names than the class expects: choose the right class "
+                         "(rmbench-fast adapters) or convert the checkpoint")
+
+
+def _int8_config():
+    try:
+        import bitsandbytes  # noqa: F401
+        from transformers import BitsAndBytesConfig
+    except ImportError:
+        raise UsageError("8-bit loading (the official precision for this model) needs bitsandbytes: "
+                         "pip install 'rmbench-fast[quant]'") from None
+    return BitsAndBytesConfig(load_in_8bit=True)

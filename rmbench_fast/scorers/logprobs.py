@@ -1,0 +1,34 @@
+"""The log-prob seam: per-token log p(target) from hidden states and the LM head.
+
+Only the positions that predict response tokens reach this function. It hands them to the fused
+op in `rmbench_fast.kernels` (Triton on GPU, chunked online log-sum-exp in torch on CPU): no
+[tokens, vocab] tensor is allocated, and every reduction is fp32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..kernels import linear_logprobs, segment_stats  # noqa: F401  (segment_stats: part of the seam)
+
+
+@dataclass
+class LMHead:
+    """What turns a hidden state into logits: (h @ W^T + b) * scale / divisor, then optional
+    soft-capping cap * tanh(logits / cap)."""
+
+    weight: torch.Tensor  # [V, d]
+    bias: torch.Tensor | None = None
+    scale: float | None = None
+    softcap: float | None = None
+    divisor: float | None = None  # Granite's logits_scaling
+
+
+def token_logprobs(hidden: torch.Tensor, head: LMHead, targets: torch.Tensor, impl: str = "auto") -> torch.Tensor:
+    """log softmax(head(hidden))[target] for each row, in fp32: [N, d], [N] -> [N]."""
+    if hidden.dtype != head.weight.dtype:
+        hidden = hidden.to(head.weight.dtype)
+    return linear_logprobs(hidden.contiguous(), head.weight, targets, head.bias, head.scale, head.softcap, impl,
+                           divisor=head.divisor)

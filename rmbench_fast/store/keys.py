@@ -1,0 +1,90 @@
+"""Result-store keys: a hash of everything that can change a stored entry's numbers.
+
+A key covers the inputs (model files, tokenizer files, template, data, options), the code that
+computes the numbers, and the versions of the libraries that tokenize and compute (rmbench-fast,
+torch, transformers, tokenizers, triton; accelerate and bitsandbytes for 8-bit passes; the GPU's
+name for CUDA passes, since two GPU models give different last bits). The code is the sources of
+the modules a key's computation starts from (the scorer's, for instance) and of every module they
+import (store.code's graph), so an edit elsewhere (the command line, plots, another family's
+scorer) keeps every stored entry, and an editable install under development never reuses an entry
+across an edit that could change it. Nothing here is a hand-bumped tag or a hand-kept list.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import sys
+from importlib import metadata
+
+import transformers as _transformers_at_import
+
+from .code import closure, modules
+from .fingerprints import sha256_text
+
+# Where each key's computation starts, besides the scorer's own modules (Scorer.code_modules):
+# tokenization renders texts through the chat format; a pass runs the batch loop.
+TOKENIZE_ROOTS = ("rmbench_fast.inputs.templates", "rmbench_fast.inputs.tokenize")
+PASS_ROOTS = ("rmbench_fast.engine.runner", "rmbench_fast.inputs.batching")
+PREFIX_ROOTS = ("rmbench_fast.inputs.prefix",)  # passes over suffixes after shared prefixes
+
+
+def read_source(path) -> bytes:
+    return path.read_bytes()
+
+
+@functools.lru_cache(maxsize=None)
+def code_fingerprint(roots: tuple[str, ...]) -> str:
+    """sha256 over the names and sources of `roots` and every package module they import."""
+    files = modules()
+    h = hashlib.sha256()
+    for name in closure(roots):
+        h.update(name.encode() + b"\0" + read_source(files[name]) + b"\0")
+    return h.hexdigest()
+
+
+def library_versions() -> dict:
+    """The versions a stored entry depends on (module attributes, so a test can change them)."""
+    import tokenizers
+    import torch
+
+    import rmbench_fast
+
+    triton = _optional_version("triton")
+    # transformers 5 puts a new module object in sys.modules when some model classes load; a
+    # version read (or set) on the object imported earlier must count too
+    seen = dict.fromkeys(m.__version__ for m in (_transformers_at_import, sys.modules["transformers"]))
+    return {"rmbench_fast": rmbench_fast.__version__, "torch": torch.__version__, "transformers": "|".join(seen),
+            "tokenizers": tokenizers.__version__, "triton": triton}
+
+
+def _optional_version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def device_versions(device, int8: bool = False) -> dict:
+    """What a pass's numbers depend on beyond the libraries every key names: the GPU model on CUDA,
+    and for 8-bit weights the libraries that quantize and place them."""
+    import torch
+
+    out = {}
+    if getattr(device, "type", None) == "cuda":
+        out["gpu"] = torch.cuda.get_device_name(device)
+    if int8:
+        out.update(bitsandbytes=_optional_version("bitsandbytes"), accelerate=_optional_version("accelerate"))
+    return out
+
+
+def tokenized_key(code_modules: tuple[str, ...], tokenizer_fp: str, *parts) -> str:
+    code = code_fingerprint(tuple(sorted({*code_modules, *TOKENIZE_ROOTS})))
+    return sha256_text("tokenized", code, library_versions(), tokenizer_fp, *parts)
+
+
+def pass_key(code_modules: tuple[str, ...], model_fp: str, tokenized: str, device, int8: bool, prefix: bool,
+             *parts) -> str:
+    roots = {*code_modules, *PASS_ROOTS, *(PREFIX_ROOTS if prefix else ())}
+    code = code_fingerprint(tuple(sorted(roots)))
+    return sha256_text("pass", code, library_versions(), device_versions(device, int8), model_fp, tokenized, *parts)

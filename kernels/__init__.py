@@ -18,7 +18,6 @@ Plain references live in `logprob_reference.py`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -157,18 +156,3 @@ def segment_stats(logps: torch.Tensor, segments: torch.Tensor, n_segments: int):
     total = torch.zeros(n_segments, dtype=torch.float64, device=lp.device).index_add_(0, seg, lp)
     sumsq = torch.zeros(n_segments, dtype=torch.float64, device=lp.device).index_add_(0, seg, lp * lp)
     return total, count, sumsq
-
-
-@dataclass
-class LogprobStats:
-    logps: torch.Tensor  # [N] fp32
-    total: torch.Tensor  # [S] float64
-    count: torch.Tensor
-    sumsq: torch.Tensor
-
-
-def fused_logprob_stats(h, weight, targets, segments, n_segments, bias=None, scale=None, softcap=None,
-                        impl: str = "auto", divisor=None) -> LogprobStats:
-    """The whole op: per-token log-probs and per-sequence reductions."""
-    logps = linear_logprobs(h, weight, targets, bias, scale, softcap, impl, divisor)
-    return LogprobStats(logps, *segment_stats(logps, segments, n_segments))

@@ -15,6 +15,7 @@ from rmbench_fast.adapters import ADAPTERS, by_name, select
 from rmbench_fast.cli.main import main
 from rmbench_fast.engine.score import score
 from rmbench_fast.errors import UsageError
+from rmbench_fast.models.versions import transformers_version
 
 
 def test_selection_by_official_name_first():
@@ -81,14 +82,12 @@ def test_remote_code_needs_the_flag(world):
 def test_published_code_for_transformers_4_is_a_one_line_error(world, tmp_path):
     """Published reward-model code that never calls post_init() (Eurus, Ziya) loads under
     transformers 4 but not 5: a one-line error that says which transformers runs it."""
-    import transformers
-
     d, *_ = build(world, "eurus")
     quirky = tmp_path / "eurus-as-published"
     shutil.copytree(d, quirky)
     code = next(quirky.glob("modeling_*.py"))
     code.write_text(code.read_text().replace("self.post_init()", "pass  # as published: no post_init()"))
-    if int(transformers.__version__.split(".")[0]) < 5:
+    if transformers_version() < (5,):
         assert score(options(str(quirky), world, trust_remote_code=True)).run["n_sequences"] > 0
         return
     with pytest.raises(UsageError, match=r"does not run under transformers 5.*pip install 'transformers>=4.51,<5'"):

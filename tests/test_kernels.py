@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import rmbench_fast.kernels as K
-from rmbench_fast.kernels import (TargetOutOfVocabError, fused_logprob_stats, linear_logprobs, logits_logprobs,
+from rmbench_fast.kernels import (TargetOutOfVocabError, linear_logprobs, logits_logprobs,
                                   segment_stats)
 from rmbench_fast.kernels.logprob_reference import (reference_linear_logprobs, reference_logits_logprobs,
                                                      reference_segment_stats)
@@ -77,8 +77,8 @@ def test_zero_rows(impl):
     h, w, t, _ = make(0, 50, 16)
     assert linear_logprobs(h, w, t, impl=impl).shape == (0,)
     assert logits_logprobs(torch.zeros(0, 50, device=DEVICE), t, impl=impl).shape == (0,)
-    st = fused_logprob_stats(h, w, t, t, 2, impl=impl)
-    assert st.logps.shape == (0,) and st.count.tolist() == [0.0, 0.0]
+    total, count, sumsq = segment_stats(linear_logprobs(h, w, t, impl=impl), t, 2)
+    assert count.tolist() == [0.0, 0.0] and total.tolist() == [0.0, 0.0] and sumsq.tolist() == [0.0, 0.0]
 
 
 @triton_interp
@@ -184,7 +184,6 @@ def test_targets_outside_vocabulary_are_errors(impl):
         t2 = t.clone()
         t2[12], t2[15] = bad, 5000
         calls = [lambda: linear_logprobs(h, w, t2, impl=impl), lambda: logits_logprobs(x, t2, impl=impl),
-                 lambda: fused_logprob_stats(h, w, t2, torch.zeros_like(t2), 1, impl=impl),
                  lambda: reference_linear_logprobs(h, w, t2), lambda: reference_logits_logprobs(x, t2)]
         if impl == "triton":
             from rmbench_fast.kernels.logits_triton import logits_logprobs as triton_logits
@@ -315,12 +314,13 @@ def test_segment_stats(sorted_segments):
 
 
 @triton_interp
-def test_fused_stats_give_the_three_rewards():
+def test_fused_logprobs_and_segment_stats_give_the_three_rewards():
+    """The DPO scorer's path: the fused op's log-probs, then per-sequence sums (sum, avg, norm)."""
     h, w, t, kw = make(40, 200, 32)
     seg = torch.tensor([0] * 10 + [1] * 25 + [2] * 5, device=DEVICE)
-    st = fused_logprob_stats(h, w, t, seg, 3, impl="triton")
+    total, count, sumsq = segment_stats(linear_logprobs(h, w, t, impl="triton"), seg, 3)
     exact = reference_linear_logprobs(h, w, t, dtype=torch.float64).cpu()
     for k, (a, b) in enumerate([(0, 10), (10, 35), (35, 40)]):
-        assert abs(st.total[k].item() - exact[a:b].sum().item()) <= 1e-4 * (b - a)
-        assert st.count[k].item() == b - a
-        assert abs(-st.sumsq[k].sqrt().item() - (-exact[a:b].norm().item())) <= 1e-4 * (b - a)
+        assert abs(total[k].item() - exact[a:b].sum().item()) <= 1e-4 * (b - a)
+        assert count[k].item() == b - a
+        assert abs(-sumsq[k].sqrt().item() - (-exact[a:b].norm().item())) <= 1e-4 * (b - a)

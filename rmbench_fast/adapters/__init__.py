@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import armorm, beaver, grm, inform, internlm, ldl, openbmb, qrm, starling, unsupported, worldpm, ziya
 from ..errors import UsageError
 from ..models.kinds import is_language_model
+from . import armorm, beaver, grm, inform, internlm, ldl, openbmb, qrm, starling, unsupported, worldpm, ziya
 from .base import Adapter, OutOfScope, weight_names
 
 # one entry per family, in the order `rmbench-fast adapters` lists them (and architecture matching tries them)

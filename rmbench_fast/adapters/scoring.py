@@ -19,12 +19,12 @@ import logging
 
 import torch
 
-from ..inputs.batching import mask_first_tokens, pad_rows
 from ..errors import UsageError, one_line
+from ..inputs.batching import mask_first_tokens, pad_rows
 from ..inputs.layout import full_texts
+from ..inputs.tokenize import OFFICIAL_MAX_LENGTH, Encoded
 from ..models.loading import load_model
 from ..scorers.rm import RewardModelScorer, official_bos, official_pad_ids
-from ..inputs.tokenize import OFFICIAL_MAX_LENGTH, Encoded
 
 log = logging.getLogger("rmbench_fast")
 QUANTIZED = ("a quantized entry: run_rm.py loads it 8-bit (bitsandbytes) unless a Llama-3 spelling, --not_quantized or "

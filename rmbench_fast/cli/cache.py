@@ -21,8 +21,8 @@ def cache():
 @click.option("--json", "as_json", is_flag=True, help="Print the numbers as JSON.")
 def info(cache_dir, as_json):
     """Size, entries (finished and partial) and the oldest and newest entry of the store."""
-    from ..store.paths import store_root
     from ..store.entries import store_usage
+    from ..store.paths import store_root
 
     u = store_usage(store_root(cache_dir))
     if as_json:
@@ -37,8 +37,8 @@ def info(cache_dir, as_json):
 @click.option("--cache-dir", default=None, help="The store [default: $RMBENCH_CACHE/store].")
 def clear(cache_dir):
     """Delete every entry of the store (finished, partial, and the cached file hashes)."""
-    from ..store.paths import store_root
     from ..store.entries import clear_store
+    from ..store.paths import store_root
 
     root = store_root(cache_dir)
     u = clear_store(root)

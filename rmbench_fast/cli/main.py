@@ -9,9 +9,9 @@ import sys
 import click
 
 from .. import __version__
+from ..errors import RmbenchError, UsageError, one_line
 from .cache import cache
 from .options import score_options, scoring_options
-from ..errors import RmbenchError, UsageError, one_line
 
 
 def _debug() -> bool:
@@ -71,8 +71,8 @@ def accuracy(results, as_json):
     Prints domains x hard/normal/easy/avg and overall, as percentages (a tie counts as wrong,
     as in the official code).
     """
-    from ..results.metrics import format_table, summarize
     from ..results.files import read_scores
+    from ..results.metrics import format_table, summarize
 
     chosen, rejected, domains, subsets, names = read_scores(results)
     summary = summarize(chosen, rejected, domains, subsets, names)

@@ -7,8 +7,8 @@ from dataclasses import fields
 
 import click
 
-from ..engine.options import (COMPAT, DEFAULT_MAX_TOKENS, DTYPES, ENGINES, LOGPROB_IMPLS, MODES, REF_FREE,
-    ScoreOptions, default)
+from ..engine.options import (COMPAT, DEFAULT_MAX_TOKENS, DTYPES, ENGINES, LOGPROB_IMPLS, MODES, REF_FREE, ScoreOptions,
+                              default)
 
 
 def _opts():

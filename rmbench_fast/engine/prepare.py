@@ -23,7 +23,8 @@ from ..inputs.tokenize import Encoded, official_tokenizer_class, pack, unpack
 from ..models.device import resolve_device
 from ..models.kinds import detect_mode, is_causal_decoder
 from ..models.loading import load_config, load_tokenizer, tokenizer_folder
-from ..models.precision import Precision, choose as choose_precision
+from ..models.precision import Precision
+from ..models.precision import choose as choose_precision
 from ..scorers import Scorer, make_scorer
 from ..store.entries import Store
 from ..store.fingerprints import data_fingerprint, tokenizer_fingerprint

@@ -12,8 +12,8 @@ import numpy as np
 import torch
 
 from ..inputs.batching import token_counts
-from ..store.keys import library_versions
 from ..inputs.tokenize import OFFICIAL_MAX_LENGTH
+from ..store.keys import library_versions
 
 
 def versions() -> dict:

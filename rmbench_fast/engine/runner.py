@@ -13,8 +13,8 @@ import time
 import numpy as np
 import torch
 
-from ..inputs.batching import Batch, make_batches
 from ..errors import UsageError
+from ..inputs.batching import Batch, make_batches
 from .runtime import keep_freed_memory
 
 OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)

@@ -10,23 +10,23 @@ from pathlib import Path
 
 import numpy as np
 
-from ..store.caching import PassResult, cached_pass
-from .checks import check_output
 from ..inputs.data import Sample
+from ..inputs.layout import sequence_name, split_scores
+from ..inputs.prefix import PrefixKV
+from ..results.files import write_results
+from ..results.metrics import summarize
+from ..store.atomic import atomic_write_json
+from ..store.caching import PassResult, cached_pass
+from ..store.entries import Store
 from ..store.fingerprints import model_fingerprint
 from ..store.keys import pass_key
-from ..inputs.layout import sequence_name, split_scores
-from ..results.metrics import summarize
-from .options import ScoreOptions
 from ..store.paths import store_root
-from ..inputs.prefix import PrefixKV
+from .checks import check_output
+from .options import ScoreOptions
 from .prepare import Prepared, prepare
 from .progress import Progress
 from .report import run_info
-from ..store.atomic import atomic_write_json
-from ..results.files import write_results
 from .runner import load_for_pass, run_batches
-from ..store.entries import Store
 
 __all__ = ["ScoreOptions", "ScoreRun", "open_store", "prepare", "model_pass", "score"]
 

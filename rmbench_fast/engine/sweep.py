@@ -17,10 +17,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from .score import ScoreOptions, model_pass, open_store, prepare, score
 from ..errors import UsageError
 from ..store.atomic import atomic_write_json, atomic_write_text
 from ..store.entries import Store
+from .score import ScoreOptions, model_pass, open_store, prepare, score
 
 _STEP = re.compile(r"(?:checkpoint|step|ckpt|iter)[-_]?(\d+)$|(\d+)$", re.IGNORECASE)
 

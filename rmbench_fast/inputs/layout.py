@@ -15,11 +15,6 @@ from .data import STYLES
 PER_PROMPT = 2 * len(STYLES)
 
 
-def sequence_index(p: int, style: int, rejected: bool) -> int:
-    """Where (prompt p, style, chosen/rejected) sits in the run's sequence list."""
-    return PER_PROMPT * p + 2 * style + int(rejected)
-
-
 def responses(sample) -> list[str]:
     """A sample's six responses in layout order."""
     return [resp for k in range(len(STYLES)) for resp in (sample.chosen[k], sample.rejected[k])]

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..store.fingerprints import sha256_text
 from ..models.kinds import base_model, text_config
+from ..store.fingerprints import sha256_text
 from .batching import Batch, make_batches, mask_first_tokens, pad_rows
 from .layout import PER_PROMPT
 

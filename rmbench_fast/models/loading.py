@@ -102,7 +102,6 @@ def load_model(path: str, mode: str, dtype: torch.dtype, device: torch.device, t
     otherwise be random (or silently dropped), so that is an error naming the weights.
     load_in_8bit: bitsandbytes LLM.int8 on CUDA, as the official scripts load most models."""
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
-
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # our own progress bar reports the work

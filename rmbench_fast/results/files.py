@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..store.atomic import atomic_write_json
-from ..inputs.data import DOMAINS, Sample, file_domain
 from ..errors import DataError
+from ..inputs.data import DOMAINS, Sample, file_domain
+from ..store.atomic import atomic_write_json
 
 
 def results_items(samples: list[Sample], chosen: np.ndarray, rejected: np.ndarray) -> list[dict]:

@@ -9,12 +9,11 @@ overall = mean of the domain avgs present; top-level hard/normal/easy = means ov
 
 from __future__ import annotations
 
-
 import numba
 import numpy as np
 
-from ..inputs.data import DOMAINS, SCORE_DOMAIN, SCORE_DOMAINS
 from ..errors import ScoreError
+from ..inputs.data import DOMAINS, SCORE_DOMAIN, SCORE_DOMAINS
 
 N_STYLES = 3
 

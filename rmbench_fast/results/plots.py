@@ -84,8 +84,8 @@ def sweep_table(rows: list[dict]) -> str:
 def plot_run(run_dir) -> list[Path]:
     """Pictures and report.md for a score run folder (summary.json) or a sweep folder (sweep.json)."""
     from ..errors import DataError
-    from .metrics import format_table
     from ..store.atomic import atomic_write_text
+    from .metrics import format_table
 
     run_dir = Path(run_dir)
     made = []

@@ -13,15 +13,15 @@ import logging
 import numpy as np
 import torch
 
-from ..inputs.batching import Batch, batch_inputs, forward
 from ..errors import one_line
-from ..kernels import logits_logprobs
+from ..inputs.batching import Batch, batch_inputs, forward
 from ..inputs.layout import responses
-from .logprobs import LMHead, segment_stats, token_logprobs
+from ..inputs.tokenize import Encoded, encode_dpo
+from ..kernels import logits_logprobs
 from ..models.kinds import base_model, is_causal_decoder, text_config
 from ..models.loading import load_model
-from ..inputs.tokenize import Encoded, encode_dpo
 from .base import Scorer
+from .logprobs import LMHead, segment_stats, token_logprobs
 
 log = logging.getLogger("rmbench_fast")
 REF_FREE = ("sum", "avg", "norm")  # DPO without a reference; avg is the official default

@@ -14,12 +14,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..inputs.batching import batch_inputs, forward
 from ..errors import UsageError
+from ..inputs.batching import batch_inputs, forward
 from ..inputs.layout import full_texts
+from ..inputs.tokenize import OFFICIAL_MAX_LENGTH, encode_rm, rm_appends_eos
 from ..models.kinds import is_causal_decoder
 from ..models.loading import load_model
-from ..inputs.tokenize import OFFICIAL_MAX_LENGTH, encode_rm, rm_appends_eos
 from .base import Scorer
 
 

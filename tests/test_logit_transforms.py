@@ -81,3 +81,40 @@ def test_dpo_logprobs_equal_the_models_own(model_type):
     np.testing.assert_allclose(out["sumsq"][0], float((expected ** 2).sum()), atol=1e-3, rtol=1e-5)
     if model_type in FUSED:
         assert run.info["logprob_head"] == "fused", run.info
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_an_unknown_two_percent_logit_scale_is_caught(dtype):
+    """A model whose forward scales its logits by 1.02 where the fused head cannot see it: the
+    self-check refuses the fused head (in half precision too, where a 3e-2 log-prob tolerance let it
+    through) and the scores are the model's own."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    class Scaled(LlamaForCausalLM):
+        def forward(self, *args, **kwargs):
+            out = super().forward(*args, **kwargs)
+            out.logits = out.logits * 1.02
+            return out
+
+    cfg = LlamaConfig(**{k: TINY[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads",
+                                              "num_key_value_heads", "intermediate_size", "vocab_size",
+                                              "max_position_embeddings")})
+    torch.manual_seed(0)
+    model = Scaled(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(4.0 if p.dim() == 2 else 1.0)
+    model = model.to(dtype)
+    ids = torch.randint(3, 120, (1, 40), generator=torch.Generator().manual_seed(2))
+    seq = Encoded(ids[0].tolist(), start=5)
+    run = DPOScorer(pad_id=0, impl="torch", ref_free="sum").batch_fn(model, torch.device("cpu"))
+    out = run([seq], Batch(np.array([0]), len(seq.ids)))
+    assert run.info["logprob_head"].startswith("model logits: "), run.info
+    with torch.no_grad():
+        own = model(input_ids=ids).logits[0].float().log_softmax(-1)[torch.arange(4, 39), ids[0, 5:]]
+    np.testing.assert_allclose(out["total"][0], float(own.double().sum()), atol=1e-3, rtol=1e-5)
+    plain = LlamaForCausalLM(cfg).eval()  # the same weights without the scale: the fused head, in both dtypes
+    plain.load_state_dict(model.float().state_dict())
+    run = DPOScorer(pad_id=0, impl="torch", ref_free="sum").batch_fn(plain.to(dtype), torch.device("cpu"))
+    run([seq], Batch(np.array([0]), len(seq.ids)))
+    assert run.info["logprob_head"] == "fused", run.info

@@ -2,8 +2,10 @@
 
 `load_for_pass` loads a model for a scorer (with glibc told to keep freed memory on CPU);
 `run_batches` scores batches with it, writing each output into the pass's arrays and calling
-on_batch(batch) after each. An out-of-memory error halves that batch's token budget and retries
-its sequences, down to a single sequence, which then fails naming itself.
+on_batch(batch) after each. An out-of-memory error retries the batch once as it was (after freeing
+the allocator's cache: a batch's shape decides the last bits of its scores, so a transient failure
+leaves the numbers bit-identical to an uninterrupted run); a second one halves that batch's token
+budget and retries its sequences, down to a single sequence, which then fails naming itself.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ import torch
 
 from ..errors import UsageError
 from ..inputs.batching import Batch, make_batches
+from ..models.device import OUT_OF_MEMORY
 from .runtime import keep_freed_memory
 
-OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
 
 
 def load_for_pass(scorer, path: str, dtype, device, trust_remote_code: bool, allow_pickle_weights: bool):
@@ -51,12 +53,18 @@ def run_batches(scorer, model, seqs, batches: list[Batch], arrays: dict, device,
     check_token_ids(scorer, model, seqs, np.concatenate([b.indices for b in batches]) if batches else [], describe)
     run = scorer.batch_fn(model, device)
 
-    def one(batch):
+    oom = {"out_of_memory_retries": 0, "out_of_memory_halvings": 0}
+
+    def one(batch, retried=False):
         try:
             out = run(seqs, batch, prefix)
         except OUT_OF_MEMORY:
             if device.type == "cuda":
                 torch.cuda.empty_cache()
+            if not retried:
+                oom["out_of_memory_retries"] += 1
+                return one(batch, retried=True)
+            oom["out_of_memory_halvings"] += 1
             if len(batch.indices) == 1:
                 i = int(batch.indices[0])
                 raise UsageError(f"out of memory scoring {describe(i)} ({len(seqs[i].ids)} tokens) alone: use a "
@@ -74,4 +82,4 @@ def run_batches(scorer, model, seqs, batches: list[Batch], arrays: dict, device,
         one(batch)
         if first_s is None:  # compilation, autotuning and the head's self-check land here
             first_s = time.perf_counter() - t0
-    return {**getattr(run, "info", {}), **({"first_batch_s": first_s} if first_s is not None else {})}
+    return {**getattr(run, "info", {}), **({"first_batch_s": first_s} if first_s is not None else {}), **oom}

@@ -62,6 +62,7 @@ def _local(prep: Prepared, o: ScoreOptions, model_path: str):
                                     lambda i: sequence_name(prep.samples, i), on_batch, prefix))
             if prefix is not None:
                 info["prefix_sharing"] = prefix.note
+                info["prefix_out_of_memory_halvings"] = prefix.oom_halvings
             info["batches_s"] = time.perf_counter() - t0 - info["load_s"]  # the forwards, after loading
             return info
         finally:

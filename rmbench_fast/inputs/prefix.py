@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..models.device import OUT_OF_MEMORY
 from ..models.kinds import base_model, text_config
 from ..store.fingerprints import sha256_text
 from .batching import Batch, make_batches, mask_first_tokens, pad_rows
@@ -151,37 +152,60 @@ class PrefixKV:
         self.enabled = True
         self.checked = False
         self.note = "on"
+        self.oom_halvings = 0  # prefix batches halved after an out-of-memory error
 
     @torch.inference_mode()
     def _load_wave(self, w: int):
-        self.flat, self.start = [], {}
-        self.wave = w
+        """Compute wave w's prefix caches. The wave counts as loaded only once every prefix batch
+        has run: an error (out of memory) part-way leaves no wave loaded, so the retry computes it
+        again rather than reading the rows it never filled (zeros). A prefix batch that runs out of
+        memory is halved, as the runner halves suffix batches."""
+        self.flat, self.start, self.wave = [], {}, None
         rows = self.pending[(self.plan.wave[self.pending] == w) & (self.plan.prefix[self.pending] > 0)]
         if not len(rows):
+            self.wave = w
             return
         groups, first = np.unique(self.plan.group[rows], return_index=True)
         lead = rows[first]  # one sequence per prompt
         lens = self.plan.prefix[lead]
         starts = np.concatenate([[0], np.cumsum(lens)])
-        self.start = {int(g): (int(o), int(p)) for g, o, p in zip(groups, starts, lens)}
         prefixes = [self.seqs[i][:p] for i, p in zip(lead, lens)]
-        for b in make_batches(lens, self.max_tokens):
-            ids, _ = pad_rows([prefixes[j] for j in b.indices], b.max_len, self.pad_id, self.device)
+        try:
+            for b in make_batches(lens, self.max_tokens):
+                self._prefix_batch(b, prefixes, lens, starts)
+            self.start = {int(g): (int(o), int(p)) for g, o, p in zip(groups, starts, lens)}
+            self.wave = w
+            if not self.checked:
+                self._check(rows)
+                self.checked = True
+        except BaseException:
+            self.flat, self.start, self.wave = [], {}, None
+            raise
+
+    def _prefix_batch(self, b: Batch, prefixes, lens, starts):
+        ids, _ = pad_rows([prefixes[j] for j in b.indices], b.max_len, self.pad_id, self.device)
+        try:
             out = self.base(input_ids=ids, use_cache=True)
-            layers = _layers(out.get("cache") if out.get("cache") is not None else out.get("past_key_values"))
-            p = torch.as_tensor(lens[b.indices], device=self.device)
-            real = torch.arange(b.max_len, device=self.device)[None, :] < p[:, None]  # [rows, max_len]
-            to = torch.as_tensor(np.concatenate([np.arange(starts[j], starts[j] + lens[j]) for j in b.indices]),
-                                 device=self.device)
-            for layer, (k, v) in enumerate(layers):
-                if not self.flat:  # first batch: allocate every layer's flat store (+ one zero row)
-                    self.flat = [(k.new_zeros((int(starts[-1]) + 1, k.shape[1], k.shape[3])),
-                                  v.new_zeros((int(starts[-1]) + 1, v.shape[1], v.shape[3]))) for k, v in layers]
-                self.flat[layer][0][to] = k.transpose(1, 2)[real]  # [tokens, kv heads, head dim], rows in order
-                self.flat[layer][1][to] = v.transpose(1, 2)[real]
-        if not self.checked:
-            self.checked = True
-            self._check(rows)
+        except OUT_OF_MEMORY:
+            if len(b.indices) == 1:
+                raise
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            self.oom_halvings += 1
+            for half in make_batches(lens[b.indices], max(1, b.padded_tokens // 2)):
+                self._prefix_batch(Batch(b.indices[half.indices], half.max_len), prefixes, lens, starts)
+            return
+        layers = _layers(out.get("cache") if out.get("cache") is not None else out.get("past_key_values"))
+        p = torch.as_tensor(lens[b.indices], device=self.device)
+        real = torch.arange(b.max_len, device=self.device)[None, :] < p[:, None]  # [rows, max_len]
+        to = torch.as_tensor(np.concatenate([np.arange(starts[j], starts[j] + lens[j]) for j in b.indices]),
+                             device=self.device)
+        for layer, (k, v) in enumerate(layers):
+            if not self.flat:  # first batch: allocate every layer's flat store (+ one zero row)
+                self.flat = [(k.new_zeros((int(starts[-1]) + 1, k.shape[1], k.shape[3])),
+                              v.new_zeros((int(starts[-1]) + 1, v.shape[1], v.shape[3]))) for k, v in layers]
+            self.flat[layer][0][to] = k.transpose(1, 2)[real]  # [tokens, kv heads, head dim], rows in order
+            self.flat[layer][1][to] = v.transpose(1, 2)[real]
 
     def _check(self, rows):
         """One sequence, shared and unshared: the hidden states must agree, else sharing is off."""

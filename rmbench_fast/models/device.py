@@ -7,6 +7,8 @@ import torch
 from ..errors import UsageError
 
 DTYPES = ("float32", "bfloat16", "float16")
+# what a device raises when an allocation fails (torch.OutOfMemoryError; older torch: the CUDA one)
+OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
 
 
 def resolve_device(device: str | None) -> torch.device:

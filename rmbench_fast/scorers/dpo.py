@@ -18,10 +18,11 @@ from ..inputs.batching import Batch, batch_inputs, forward
 from ..inputs.layout import responses
 from ..inputs.tokenize import Encoded, encode_dpo
 from ..kernels import logits_logprobs
+from ..models.device import OUT_OF_MEMORY
 from ..models.kinds import base_model, is_causal_decoder, text_config
 from ..models.loading import load_model
 from .base import Scorer
-from .logprobs import LMHead, segment_stats, token_logprobs
+from .logprobs import LMHead, head_logits, segment_stats, token_logprobs
 
 log = logging.getLogger("rmbench_fast")
 REF_FREE = ("sum", "avg", "norm")  # DPO without a reference; avg is the official default
@@ -93,25 +94,47 @@ def batch_logprob_stats(model, seqs, batch: Batch, pad_id: int, device, impl: st
 
 
 CHECK_TOKENS = 64  # scored tokens the self-check compares
+# How far the fused op's log-probs may be from log_softmax of the same head's fp32 logits: the
+# kernels' measured error against an fp64 reference (tests/test_kernels.py: 1e-4 in fp32, 5e-3 in
+# half precision, TMA included), relative to the largest |log-prob| (at least 1).
+KERNEL_TOL = {torch.float32: 1e-4, torch.bfloat16: 5e-3, torch.float16: 5e-3}
 
 
+@torch.inference_mode()
 def check_head(model, head: LMHead, seqs, i: int, pad_id: int, device, impl: str) -> str | None:
-    """The first CHECK_TOKENS scored tokens of sequence i through `head` against the model's own
-    logits (both on the same shortened sequence, so only a [64, V] logits tensor is made): None
-    when they agree, else why not (a logit transform the seam does not know)."""
+    """The first CHECK_TOKENS scored tokens of sequence i: None when the fused head gives what the
+    model gives, else why not. Two checks on one shortened sequence (only [64, V] logits are made):
+    - the head's logits (fp32 math from the model's weights) against the model's own logits, within
+      the rounding of one model-dtype value (its machine epsilon of the largest |logit|): a logit
+      transform the seam does not know (a 2% scale, say) shows here, as the log-probs it would move
+      could hide inside a log-prob tolerance;
+    - the fused op's log-probs against log_softmax of those logits, within the kernels' error."""
     e = seqs[i]
     cut = [Encoded(e.ids[:e.start + CHECK_TOKENS], e.start)]
     one = Batch(np.array([0]), len(cut[0].ids))
-    plain = batch_token_logprobs(model, cut, one, pad_id, device, "plain", None)[1].float()
+    inputs, _ = batch_inputs(cut, one, pad_id, device, is_causal_decoder(model.config))
+    pos = torch.arange(cut[0].start - 1, len(cut[0].ids) - 1, device=device)
+    targets = inputs["input_ids"][0, pos + 1]
+    own = forward(model, inputs).logits[0, pos].float()
     try:
-        fused = batch_token_logprobs(model, cut, one, pad_id, device, impl, head)[1].float()
+        hidden = forward(base_model(model), inputs)[0][0, pos]
+        ours = head_logits(hidden, head)
+        fused = token_logprobs(hidden, head, targets, impl)
+    except OUT_OF_MEMORY:
+        raise  # not a head that does not fit: the runner retries, and the check runs again
     except RuntimeError as e:  # e.g. a head that reads another hidden size than the base model's output
         return f"the fused head does not fit {type(model).__name__} ({one_line(e, 120)})"
-    err = float((fused - plain).abs().max())
-    tol = (1e-4 if head.weight.dtype == torch.float32 else 3e-2) * max(1.0, float(plain.abs().max()))
-    if err <= tol:
-        return None
-    return f"the fused head's log-probs differ from {type(model).__name__}'s own logits by {err:.2e}"
+    dtype = head.weight.dtype
+    err = float((ours - own).abs().max())
+    tol = max(torch.finfo(dtype).eps, 1e-5) * max(1.0, float(ours.abs().max()))
+    if not err <= tol:
+        return f"the fused head's logits differ from {type(model).__name__}'s own by {err:.2e} (tolerance {tol:.1e})"
+    exact = ours.log_softmax(-1)[torch.arange(len(pos), device=device), targets]
+    err = float((fused - exact).abs().max())
+    tol = KERNEL_TOL.get(dtype, 5e-3) * max(1.0, float(exact.abs().max()))
+    if not err <= tol:
+        return f"the fused log-prob op differs from its head's exact log-probs by {err:.2e} (tolerance {tol:.1e})"
+    return None
 
 
 class DPOScorer(Scorer):

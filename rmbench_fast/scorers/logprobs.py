@@ -32,3 +32,17 @@ def token_logprobs(hidden: torch.Tensor, head: LMHead, targets: torch.Tensor, im
         hidden = hidden.to(head.weight.dtype)
     return linear_logprobs(hidden.contiguous(), head.weight, targets, head.bias, head.scale, head.softcap, impl,
                            divisor=head.divisor)
+
+
+def head_logits(hidden: torch.Tensor, head: LMHead) -> torch.Tensor:
+    """The head's logits in fp32 ([N, d] -> [N, V]), as plainly as the seam defines them: the fused
+    op's reference for the DPO scorer's once-per-pass self-check (a few rows only)."""
+    z = hidden.float() @ head.weight.float().T
+    if head.bias is not None:
+        z = z + head.bias.float()
+    mult = (1.0 if head.scale is None else head.scale) / (1.0 if head.divisor is None else head.divisor)
+    if mult != 1.0:
+        z = z * mult
+    if head.softcap is not None:
+        z = head.softcap * torch.tanh(z / head.softcap)
+    return z

@@ -34,11 +34,14 @@ class Progress:
         if self.bar is not None:
             self.bar.update(n)
 
-    def __call__(self, batch):
-        self.done += len(batch.indices)
+    def __call__(self, batch, new: int | None = None):
+        """A batch computed; `new` of its sequences newly finished (default: all of them; fewer when
+        a resumed run redoes a batch that was part done before an interruption)."""
+        new = len(batch.indices) if new is None else new
+        self.done += new
         self.tokens += int(self.lengths[batch.indices].sum())
         if self.bar is not None:
-            self.bar.update(len(batch.indices))
+            self.bar.update(new)
             self.bar.set_postfix_str(f"{self.rate():,.0f} tok/s")
         elif self.enabled and time.perf_counter() - self.last_line >= self.every:
             self._line()

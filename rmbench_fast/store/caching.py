@@ -30,6 +30,8 @@ def cached_pass(store: Store, key: str | None, outputs, n: int, batches, compute
         flush_every_s = float(os.environ.get("RMBENCH_FLUSH_SECONDS", "5"))
     finished = store.get(key) if key else None
     if finished is not None:
+        progress.skip(n)
+        progress.close()
         return PassResult(finished, {"cached": True, "seconds": time.perf_counter() - t0})
     partial = store.get_partial(key) if key else None
     if partial is not None:
@@ -47,8 +49,9 @@ def cached_pass(store: Store, key: str | None, outputs, n: int, batches, compute
 
     def batch_done(batch):
         nonlocal last_flush
+        new = int((~done[batch.indices]).sum())  # a batch part done before an interruption runs whole again
         done[batch.indices] = True
-        progress(batch)
+        progress(batch, new)
         if on_batch is not None:
             on_batch(batch)
         if key and time.perf_counter() - last_flush >= flush_every_s:

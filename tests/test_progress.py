@@ -1,0 +1,69 @@
+"""Progress as a user sees it: a pass served from the store closes its bar; a run resumed after an
+out-of-memory halving and an interruption counts each sequence once."""
+
+import re
+
+import pytest
+import torch
+
+import rmbench_fast.engine.score as score_mod
+from rmbench_fast.engine.progress import Progress
+from rmbench_fast.engine.score import ScoreOptions, score
+from rmbench_fast.scorers import RewardModelScorer
+
+
+def test_a_pass_from_the_store_closes_its_bar(world, tmp_path, monkeypatch):
+    o = ScoreOptions(model=world["policy"], ref_model=world["ref"], data=world["data"], cache_dir=str(tmp_path))
+    score(o)
+    made = []
+
+    class Recorded(Progress):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            self.closed = False
+            made.append(self)
+
+        def close(self):
+            self.closed = True
+            super().close()
+
+    monkeypatch.setattr(score_mod, "Progress", Recorded)
+    assert score(o).run["passes_computed"] == 0
+    assert len(made) == 2 and all(p.closed and p.done == p.total for p in made)
+
+
+def test_resume_after_halving_and_interruption_counts_each_sequence_once(world, tmp_path, monkeypatch, capsys):
+    """Batches over 4 rows run out of memory (halved); the run is interrupted after a half; the
+    resumed run's progress ends at the total, never past it."""
+    monkeypatch.setenv("RMBENCH_PROGRESS_SECONDS", "0")  # a line per batch
+    monkeypatch.setenv("RMBENCH_FLUSH_SECONDS", "0")  # progress saved after every batch
+    real = RewardModelScorer.batch_fn
+
+    def batch_fn(self, model, device):
+        run = real(self, model, device)
+
+        def wrapped(seqs, batch, prefix=None):
+            if len(batch.indices) > 4:
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
+            return run(seqs, batch, prefix)
+
+        return wrapped
+
+    monkeypatch.setattr(RewardModelScorer, "batch_fn", batch_fn)
+    o = ScoreOptions(model=world["rm"], data=world["data"], cache_dir=str(tmp_path), max_batch_size=8)
+    seen = []
+
+    def interrupt(role, batch):
+        seen.append(len(batch.indices))
+        if len(seen) == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        score(o, hooks=interrupt)
+    capsys.readouterr()
+    run = score(o)
+    assert run.run["models"]["model"]["resumed_sequences"] > 0
+    counts = [tuple(map(int, m.groups())) for m in re.finditer(r"model: ([\d,]+)/([\d,]+) sequences",
+                                                               capsys.readouterr().err.replace(",", ""))]
+    assert counts and all(done <= total for done, total in counts), counts
+    assert counts[-1][0] == counts[-1][1] == run.run["n_sequences"]

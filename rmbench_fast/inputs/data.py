@@ -88,7 +88,10 @@ def load_dataset(source, domains=None, limit: int | None = None) -> list[Sample]
             samples.append(s)
     wanted = expand_domains(domains)
     if wanted is not None:
+        present = sorted({s.domain for s in samples}, key=DOMAINS.index)
         samples = [s for s in samples if s.domain in wanted]
+        if not samples:
+            raise DataError(source, f"no items in --domains {', '.join(wanted)}: it holds {', '.join(present)}")
     if limit is not None:
         if limit < 1:
             raise DataError("--limit", f"must be at least 1, got {limit}")

@@ -22,14 +22,17 @@ def check_model_path(path: str, what: str = "model") -> None:
 
 
 def load_config(path: str, trust_remote_code: bool):
+    """A model's config: from its folder, or for a hub id from a snapshot of its small files
+    (hub_snapshot), so that an unreachable hub fails at once with a hint instead of retrying."""
     from transformers import AutoConfig
 
     check_model_path(path)
     local = Path(path)
     if local.exists() and not (local / "config.json").is_file():
         raise UsageError(f"model {path}: folder has no config.json")
+    source = path if local.exists() else hub_snapshot(path, "model")
     try:
-        return AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+        return AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
     except OSError as e:
         raise UsageError(f"model {path}: cannot load its config ({one_line(e, 300)})") from None
     except ValueError as e:
@@ -39,13 +42,10 @@ def load_config(path: str, trust_remote_code: bool):
         raise UsageError(f"model {path}: {one_line(e, 300)}") from None
 
 
-def tokenizer_folder(path: str) -> str:
-    """A local folder holding the tokenizer's files: `path` itself, or for a hub id its snapshot of
-    the tokenizer files and config.json (downloaded when online, else the cache), so that tokenizers
-    from the hub load as transformers 4.51 builds them too (tokenizer_loading reads the folder)."""
-    if Path(path).expanduser().is_dir():
-        return path
-    check_model_path(path, "tokenizer")
+def hub_snapshot(path: str, what: str) -> str:
+    """The local snapshot of a hub id's config, tokenizer files and code (downloaded when online,
+    else the cache). One listing of the repository, which fails at once when the hub cannot be
+    reached (a file-by-file download retries with backoff: 27 s offline)."""
     from huggingface_hub import snapshot_download
 
     from ..store.fingerprints import TOKENIZER_FILES
@@ -53,8 +53,19 @@ def tokenizer_folder(path: str) -> str:
     try:
         return snapshot_download(path, allow_patterns=list(TOKENIZER_FILES) + ["config.json", "*.py"])
     except Exception as e:  # offline and not cached, unknown repo, gated, ...
-        raise UsageError(f"tokenizer {path}: not a local folder, and fetching it from the hub failed "
-                         f"({type(e).__name__}: {one_line(e, 200)})") from None
+        raise UsageError(f"{what} {path}: not a local folder, and fetching it from the hub failed "
+                         f"({type(e).__name__}: {one_line(e, 200)}); pass a local folder (a model saved with "
+                         "save_pretrained, or a download of the hub repository)") from None
+
+
+def tokenizer_folder(path: str) -> str:
+    """A local folder holding the tokenizer's files: `path` itself, or for a hub id its snapshot of
+    the tokenizer files and config.json, so that tokenizers from the hub load as transformers 4.51
+    builds them too (tokenizer_loading reads the folder)."""
+    if Path(path).expanduser().is_dir():
+        return path
+    check_model_path(path, "tokenizer")
+    return hub_snapshot(path, "tokenizer")
 
 
 def load_tokenizer(path: str, trust_remote_code: bool):
@@ -95,7 +106,8 @@ def _dtype_kwarg() -> str:
 
 
 def load_model(path: str, mode: str, dtype: torch.dtype, device: torch.device, trust_remote_code: bool,
-               allow_pickle_weights: bool = False, load_in_8bit: bool = False, model_class=None):
+               allow_pickle_weights: bool = False, load_in_8bit: bool = False, model_class=None,
+               attn_implementation: str | None = None):
     """Load weights from safetensors; pickle-format weights (which can run code when loaded) only
     with allow_pickle_weights. Every weight of the model's class must come from the files and
     every weight in the files must be used: a head whose names do not match its class would
@@ -116,6 +128,8 @@ def load_model(path: str, mode: str, dtype: torch.dtype, device: torch.device, t
                                  "loaded; pass --allow-pickle-weights if you trust them, or convert them to "
                                  "safetensors")
     kw = {"trust_remote_code": trust_remote_code, _dtype_kwarg(): dtype, "output_loading_info": True}
+    if attn_implementation is not None:  # else transformers' default for the class and version
+        kw["attn_implementation"] = attn_implementation
     if not allow_pickle_weights:
         kw["use_safetensors"] = True
     if load_in_8bit:

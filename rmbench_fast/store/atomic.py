@@ -1,5 +1,7 @@
 """Atomic writes: a reader sees the old file or the whole new one, never a part, and a crash
-leaves no half-written file behind (temp file in the same folder, fsync, rename)."""
+leaves no half-written file behind (temp file in the same folder, fsync, rename). The file gets the
+mode a plain open() would give it (0666 less the umask), not the temp file's private 0600, so results
+on shared storage stay readable by whoever the umask lets read them."""
 
 from __future__ import annotations
 
@@ -10,6 +12,20 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
+def current_umask() -> int:
+    """The process's umask, read without changing it where Linux shows it (/proc/self/status),
+    else by setting and restoring it."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 @contextmanager
 def atomic_open(path, mode: str = "wb"):
     """Open a temp file beside `path` for writing; on a clean exit it is flushed, fsynced and
@@ -18,6 +34,7 @@ def atomic_open(path, mode: str = "wb"):
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
             yield f
             f.flush()

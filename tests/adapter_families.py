@@ -100,18 +100,29 @@ def qrm(tok):  # 3 objectives x 4 quantiles; BatchNorm gating at the last Llama-
                 bos="mask", read=read)
 
 
-def ldl(tok):  # bare Gemma-2 weights; heads in .pt files; 3 distributions over 10 bins
-    r = [linear(12, H, 10), linear(12, 12, 11), linear(30, 12, 12)]
-    g = [linear(12, H, 13), linear(12, 12, 14), linear(3, 12, 15)]
-    pt = lambda idx, ws: {f"network.{i}.{n}": t for i, wb in zip(idx, ws) for n, t in zip(("weight", "bias"), wb)}  # noqa
-    leaky = torch.nn.functional.leaky_relu
-    mlp = lambda x, ws: lin(leaky(lin(leaky(lin(x, ws[0])), ws[1])), ws[2])  # noqa
+def ldl(n_dist=3, softmax=None, temperature=None):
+    """Bare Gemma-2 weights; heads in .pt files; n_dist distributions over 10 bins (num_objectives =
+    10 n_dist); config.json's softmax / temperature switches (None: not in the config), read just
+    before the first pad id (the tokenizer's pad, else EOS, as run_rm.py sets it)."""
+    def spec(tok):
+        r = [linear(12, H, 10), linear(12, 12, 11), linear(10 * n_dist, 12, 12)]
+        g = [linear(12, H, 13), linear(12, 12, 14), linear(n_dist, 12, 15)]
+        pt = lambda idx, ws: {f"network.{i}.{n}": t for i, wb in zip(idx, ws) for n, t in zip(("weight", "bias"), wb)}  # noqa
+        leaky = torch.nn.functional.leaky_relu
+        mlp = lambda x, ws: lin(leaky(lin(leaky(lin(x, ws[0])), ws[1])), ws[2])  # noqa
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
 
-    def read(h, ids):
-        x = h[before(tok.eos_token_id, ids)]
-        return mlp(x, g) @ torch.softmax(mlp(x, r).view(3, 10), -1) @ torch.linspace(0, 1, 10)
-    return dict(heads={}, prefix="", extra=dict(architectures=["Gemma2Model"]), bos="drop", read=read,
-                files={"regression_layer.pt": pt((0, 2, 4), r), "gating_layer.pt": pt((0, 3, 6), g)})
+        def read(h, ids):
+            x = h[before(pad, ids)]
+            w = mlp(x, g)
+            if softmax:
+                w = torch.softmax(w / (temperature or 1.0), -1)
+            return w @ torch.softmax(mlp(x, r).view(n_dist, 10), -1) @ torch.linspace(0, 1, 10)
+        extra = dict(architectures=["Gemma2Model"], num_objectives=10 * n_dist)
+        extra.update({k: v for k, v in (("softmax", softmax), ("temperature", temperature)) if v is not None})
+        return dict(heads={}, prefix="", extra=extra, bos="drop", read=read,
+                    files={"regression_layer.pt": pt((0, 2, 4), r), "gating_layer.pt": pt((0, 3, 6), g)})
+    return spec
 
 
 # ---- remote-code families: tiny_adapters' minimal modeling file of the published architecture
@@ -155,6 +166,11 @@ def armorm_heads(tok):
     return heads, read
 
 
+# Decoder settings a family's instance changes from the defaults (saved in config.json like the rest).
+# A strong attention-logit softcap: SDPA, transformers 4.51's default for a bare Gemma2Model, skips it;
+# the official LDL class runs FlashAttention-2, which applies it, as eager attention does.
+DECODER_CONFIG = {"ldl-softmax": dict(attn_logit_softcapping=0.5, query_pre_attn_scalar=8)}
+
 FAMILIES = {  # name: (spec, decoder, tokenizer, the adapter selection must pick)
     "grm-llama": (grm, "llama", "tmpl", "grm"),
     "grm-gemma2": (grm, "gemma2", "tmpl", "grm"),
@@ -164,7 +180,11 @@ FAMILIES = {  # name: (spec, decoder, tokenizer, the adapter selection must pick
     "ultrarm": (ultrarm, "llama", "llama", "ultrarm"),
     "inf-orm": (inform, "llama", "tmpl", "inf-orm"),
     "qrm": (qrm, "llama", "llama3", "qrm"),
-    "ldl": (ldl, "gemma2", "tmpl", "ldl"),
+    "ldl": (ldl(), "gemma2", "tmpl", "ldl"),
+    # softmax gating at temperature 1.5 (a key transformers 5 drops from model configs), 2 distributions,
+    # and a tokenizer with its own pad token (the config's pad id equal to it)
+    "ldl-softmax": (ldl(n_dist=2, softmax=True, temperature=1.5), "gemma2", "gemma", "ldl"),
+    "ldl-softmax-eos": (ldl(n_dist=4, softmax=True, temperature=0.7), "gemma2", "tmpl", "ldl"),
     "eurus": (remote("eurus", one_head("regression_head.weight", 27)), "mistral", "tmpl", "eurus"),
     "ziya": (remote("ziya", one_head("value_head.weight", 28)), "llama", "llama", "ziya"),
     "internlm2": (remote("internlm2", one_head("v_head.weight", 29), plain=True, append="<|reward|>"), "llama", "tmpl",

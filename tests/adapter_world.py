@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from adapter_families import FAMILIES, H
+from adapter_families import DECODER_CONFIG, FAMILIES, H
 from conftest import TEST_TEMPLATE, make_item
 from reference import render
 from safetensors.torch import save_file
@@ -23,7 +23,7 @@ BACKBONES = {"llama": (LlamaConfig, LlamaModel), "gemma2": (Gemma2Config, Gemma2
 QWEN_TEMPLATE = ("<|im_start|>system\nBe brief.<|im_end|>\n{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
                  "{{ m['content'] }}<|im_end|>\n{% endfor %}")
 TOKENIZERS = {"tmpl": ("tmpl-reward", TEST_TEMPLATE), "llama": ("llama", None), "qwen": ("qwen", QWEN_TEMPLATE),
-              "llama3": ("llama3", None)}  # here: (tiny_adapters.tokenizer kind, chat template)
+              "llama3": ("llama3", None), "gemma": ("gemma", TEST_TEMPLATE)}  # here: (tiny_adapters.tokenizer kind, chat template)
 
 
 def items():
@@ -54,7 +54,7 @@ def build(world, name):
     cfg = cfg_cls(vocab_size=len(tok) + 8, hidden_size=H, intermediate_size=32, num_hidden_layers=1,
                   num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=1024, tie_word_embeddings=False,
                   bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                  **({"head_dim": 8} if kind == "gemma2" else {}))
+                  **({"head_dim": 8} if kind == "gemma2" else {}), **DECODER_CONFIG.get(name, {}))
     if kind == "gemma2":  # the official classes get eager attention (LDL: flash), which softcaps attention
         cfg._attn_implementation = "eager"  # logits; transformers 4.51 gives a bare Gemma2Model SDPA, which does not
     torch.manual_seed(len(name))
@@ -68,7 +68,8 @@ def build(world, name):
     state = {spec.get("prefix", "model.") + k: v for k, v in decoder.state_dict().items()} | spec["heads"]
     save_file({k: v.contiguous() for k, v in state.items()}, d / "model.safetensors", metadata={"format": "pt"})
     named = write_code(d, spec["remote"]) if "remote" in spec else {}  # the modeling file, named in config.json
-    (d / "config.json").write_text(json.dumps(cfg.to_dict() | spec["extra"] | named))
+    saved = {k: v for k, v in cfg.to_dict().items() if k != "_attn_implementation_autoset"}  # as published configs
+    (d / "config.json").write_text(json.dumps(saved | spec["extra"] | named))
     for f, heads in spec.get("files", {}).items():
         torch.save(heads, d / f)
     save_tokenizer(tok, d)

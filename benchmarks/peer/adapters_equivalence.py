@@ -4,7 +4,7 @@ For every family of rewardbench 0.1.4's REWARD_MODEL_CONFIG that rmbench-fast sc
 random instance is built with the peer environment's own classes (adapters_peer.py: rewardbench's;
 for remote-code families, the minimal modeling file of the published architecture from
 rmbench_fast.tiny.adapters, which also shapes each family's tokenizer) under
-WORK/RewardModels/<official name>, so that both sides select that entry by name as run_rm.py does.
+WORK/families/<family>/RewardModels/<official name>, so that both sides select that entry by name as run_rm.py does.
 Then, from WORK:
 - official: benchmarks/peer/official_flow.py --mode rm --model RewardModels/<name> (peer venv);
 - ours: rmbench-fast score --model RewardModels/<name> --compat official --dtype float32.
@@ -56,6 +56,8 @@ FAMILIES = {
     "qrm-llama3": ("nicolinho/QRM-Llama3-8B", "llama3", "qrm:3", "all"),
     "inf-orm": ("infly/INF-ORM-Llama3.1-70B", "llama3", "inform", "all"),
     "ldl": ("ShikaiChen/LDL-Reward-Gemma-2-27B-v0.1", "gemma", "ldl", "all"),
+    "ldl-softmax": ("ShikaiChen/LDL-Reward-Gemma-2-27B-v0.1", "gemma", "ldl:softmax", "all"),
+    "ldl-softmax-eos": ("ShikaiChen/LDL-Reward-Gemma-2-27B-v0.1", "tmpl-noeos", "ldl:softmax-eos", "all"),
     "worldpm": ("Qwen/WorldPM-72B", "qwen", "remote:worldpm", "all"),
     "armorm": ("RLHFlow/ArmoRM-Llama3-8B-v0.1", "llama3", "remote:armorm", "all"),
 }
@@ -72,6 +74,9 @@ NOTES = {
     "inf-orm": "doubled BOS masked (RewardBenchPipeline); the entry pins bfloat16: both sides float32",
     "ldl": "official forces bf16 + flash_attention_2: same weights, eager, float32; all rows doubled BOS, right "
            "padding (where LDLPipeline's column drop is batch-independent)",
+    "ldl-softmax": "as ldl; 2 distributions, gating softmax at temperature 1.5, the config's pad id = the tokenizer's",
+    "ldl-softmax-eos": "as ldl; 4 distributions, gating softmax at temperature 0.7, a tokenizer without a pad token "
+                       "(EOS pads, on the right)",
     "worldpm": "model's own code; no special tokens, no attention mask; the entry pins bfloat16: both sides float32",
     "armorm": "no official number (run_rm.py raises NotImplementedError): vs the model card's usage, one sequence "
               "at a time",
@@ -150,16 +155,17 @@ def main():
     for fam in args.families:
         name, tok_kind, builder, which = FAMILIES[fam]
         model = name if builder == "starling7" else f"RewardModels/{name}"  # the 7B builder takes the bare name only
-        if not (work / model / "BUILT").is_file():
-            build_tokenizer(tok_kind, texts, work / model)
-            run([PEER, __file__, "build", builder, work / model], work)
+        base = work / "families" / fam  # one folder per family: several instances share an official name
+        if not (base / model / "BUILT").is_file():
+            build_tokenizer(tok_kind, texts, base / model)
+            run([PEER, __file__, "build", builder, base / model], base)
         out = work / "out" / fam
         out.mkdir(parents=True, exist_ok=True)
         dtype = "float16" if fam == "ziya" else "float32"
         common = ["--model", model, "--data", args.data, "--limit", args.limit, "--dtype", dtype, "--trust-remote-code"]
-        run([PEER, __file__, "official", builder, "--mode", "rm", *common, "--output", out / "official.json"], work)
+        run([PEER, __file__, "official", builder, "--mode", "rm", *common, "--output", out / "official.json"], base)
         run([sys.executable, "-m", "rmbench_fast", "score", *common, "--compat", "official", "--no-cache", "-q",
-             "--overwrite", "--output", out / "ours"], work, {"PYTHONPATH": str(REPO)})
+             "--overwrite", "--output", out / "ours"], base, {"PYTHONPATH": str(REPO)})
         adapter = json.loads((out / "ours" / "run.json").read_text()).get("adapter")
         rows.append({"family": fam, "official_name": name, "adapter": adapter, "comparison": which,
                      **compare(out / "official.json", out / "ours", which), "note": NOTES.get(fam, "")})

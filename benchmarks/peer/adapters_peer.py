@@ -103,7 +103,11 @@ def build(builder, dest):
     elif kind == "ldl":
         from rewardbench.models.ldlreward import LDLRewardModel27B
 
-        model = LDLRewardModel27B(Gemma2Config(**common, head_dim=8))
+        # the published head (220 objectives, no gating softmax) and two others: the gating softmax at a
+        # temperature (a key transformers 5 drops from model configs), other numbers of distributions
+        extra = {"softmax": dict(num_objectives=20, softmax=True, temperature=1.5),
+                 "softmax-eos": dict(num_objectives=40, softmax=True, temperature=0.7)}.get(variant, {})
+        model = LDLRewardModel27B(Gemma2Config(**common, head_dim=8, **extra))
     else:  # remote code: tiny_adapters' modeling file next to config.json, named in auto_map
         ta = tiny_adapters()
         named = ta.write_code(dest, variant)
@@ -147,7 +151,7 @@ def official(builder, argv):
     args = {k: argv[i + 1] for i, k in enumerate(argv[:-1]) if k.startswith("--") and not argv[i + 1].startswith("--")}
     if builder.startswith(("qrm", "ldl")):  # flash_attention_2 forced: same weights, sdpa / eager, float32
         original = transformers.PreTrainedModel.from_pretrained.__func__
-        attn = "eager" if builder == "ldl" else "sdpa"
+        attn = "eager" if builder.startswith("ldl") else "sdpa"
 
         def from_pretrained(cls, path, *a, **kw):
             if kw.get("attn_implementation") == "flash_attention_2":
@@ -163,7 +167,7 @@ def official(builder, argv):
     entry = REWARD_MODEL_CONFIG.get(args["--model"].replace("RewardModels/", ""), {})
     if builder in ("inform", "remote:worldpm"):  # the entry pins bfloat16: compared at float32
         entry["torch_dtype"] = torch.float32
-    if builder == "ldl":  # its builder takes device_map "auto" (CUDA) or none, not "cpu"
+    if builder.startswith("ldl"):  # its builder takes device_map "auto" (CUDA) or none, not "cpu"
         ldl = entry["model_builder"]
         entry["model_builder"] = lambda path, device_map=None, **kw: ldl(path, **kw)
     if builder == "remote:ziya" and args["--dtype"] == "float32":  # ZiyaPipeline's .half() made a no-op

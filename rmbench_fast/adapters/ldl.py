@@ -19,6 +19,7 @@ the sequence alone).
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from pathlib import Path
 
@@ -61,11 +62,24 @@ class Head(nn.Module):
         return self.network(x)
 
 
+def gating_settings(folder: Path) -> tuple[bool, float]:
+    """(softmax, temperature) of the gating head, as the official class reads them: config.to_dict()
+    under transformers 4.51, i.e. config.json's own values. They are read from the file, not the
+    loaded config: transformers 5 drops `temperature` from model configs (a generation setting there),
+    which silently gave temperature 1.0."""
+    try:
+        raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise UsageError(f"model {folder}: cannot read config.json ({e})") from None
+    return bool(raw.get("softmax", False)), float(raw.get("temperature", 1.0))
+
+
 class LDLRewardModel(nn.Module):
-    def __init__(self, backbone, regression: Head, gating: Head):
+    def __init__(self, backbone, regression: Head, gating: Head, softmax: bool = False, temperature: float = 1.0):
         super().__init__()
         self.model, self.regression_layer, self.gating_layer = backbone, regression, gating
         self.config = backbone.config
+        self.softmax, self.temperature = softmax, temperature
 
     def get_input_embeddings(self):
         return self.model.embed_tokens
@@ -75,8 +89,8 @@ class LDLRewardModel(nn.Module):
         x = rows(h, before_first(input_ids, self.config.pad_token_id)).float()
         dist = torch.softmax(self.regression_layer(x).view(x.shape[0], -1, BINS), dim=-1)  # [B, 22, 10]
         w = self.gating_layer(x)
-        if getattr(self.config, "softmax", False):
-            w = torch.softmax(w / getattr(self.config, "temperature", 1.0), dim=1)
+        if self.softmax:
+            w = torch.softmax(w / self.temperature, dim=1)
         total = torch.bmm(w.unsqueeze(1), dist).squeeze(1)  # [B, 10]
         return (total * torch.linspace(0, 1, BINS, device=x.device)).sum(-1)  # [B]
 
@@ -87,7 +101,10 @@ def load(scorer, path, dtype, device, trust_remote_code, allow_pickle_weights):
     if missing:
         raise UsageError(f"model {path}: LDL-Reward keeps its heads in {' and '.join(missing)} next to config.json; "
                          "not found (a local folder is needed)")
-    backbone = load_model(path, "rm", dtype, device, False, allow_pickle_weights, False, model_class=LDLBackbone)
+    # eager attention, which applies Gemma-2's attention-logit softcapping as the official class's
+    # FlashAttention-2 does; transformers 4.51's default for a bare Gemma2Model (SDPA) skips it
+    backbone = load_model(path, "rm", dtype, device, False, allow_pickle_weights, False, model_class=LDLBackbone,
+                          attn_implementation="eager")
     heads = []
     for h in HEADS:
         try:
@@ -95,7 +112,7 @@ def load(scorer, path, dtype, device, trust_remote_code, allow_pickle_weights):
             heads.append(Head(state).float().to(device))
         except (RuntimeError, KeyError, ValueError, IndexError) as e:
             raise UsageError(f"model {path}: {h}.pt is not the head's state dict ({e})") from None
-    return LDLRewardModel(backbone, *heads).eval().requires_grad_(False)
+    return LDLRewardModel(backbone, *heads, *gating_settings(folder)).eval().requires_grad_(False)
 
 
 def make_scorer(o, config, tokenizer, device, tokenizer_path):

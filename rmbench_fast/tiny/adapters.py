@@ -33,6 +33,8 @@ TOKENIZERS = {  # kind: (special tokens, BOS, tokenizer arguments, chat template
     "tmpl": (("<s>", "</s>"), "<s>", dict(eos_token="</s>"), TMPL),
     "tmpl-left": (("<s>", "</s>"), "<s>", dict(eos_token="</s>", padding_side="left"), TMPL),
     "tmpl-reward": (("<s>", "</s>", "<|reward|>"), "<s>", dict(eos_token="</s>"), TMPL),  # InternLM2's reward token
+    # no EOS inside the texts and no pad token: EOS pads (right), and reads stop at the padding
+    "tmpl-noeos": (("<s>", "</s>"), "<s>", dict(eos_token="</s>"), TMPL.replace("{{ eos_token }}", "")),
     "llama": (("<unk>", "<s>", "</s>"), "<s>", dict(eos_token="</s>", unk_token="<unk>"), None),
     "yi": (("<unk>", "<|startoftext|>", "<|endoftext|>"), "<|startoftext|>",
            dict(eos_token="<|endoftext|>", unk_token="<unk>", pad_token="<unk>"), None),

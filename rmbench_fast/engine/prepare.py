@@ -88,6 +88,7 @@ class Prepared:
     tok_key: str | None
     tokenize_s: float
     tokenize_cached: bool
+    load_s: float = 0.0  # load_run and check_run: data, configs, tokenizers, what each model is
 
     @property
     def dtype(self) -> torch.dtype:
@@ -96,8 +97,10 @@ class Prepared:
 
 def prepare(o: ScoreOptions, store: Store) -> Prepared:
     check_options(o)
+    t_load = time.perf_counter()
     run = load_run(o)
     check_run(o, run)
+    load_s = time.perf_counter() - t_load
     compat = o.compat == "official"
     samples, config, tokenizer, tok_path, device, fmt = (run.samples, run.config, run.tokenizer, run.tokenizer_path,
                                                          run.device, run.fmt)
@@ -137,4 +140,4 @@ def prepare(o: ScoreOptions, store: Store) -> Prepared:
         batch_lengths = lengths
         batches = make_batches(lengths, max_tokens, o.max_batch_size)
     return Prepared(samples, scorer, config, tokenizer, fmt, seqs, lengths, batches, max_tokens, plan, batch_lengths,
-                    device, precision, tok_key, tokenize_s, cached is not None)
+                    device, precision, tok_key, tokenize_s, cached is not None, load_s)

@@ -65,6 +65,7 @@ def run_info(prep, o, passes: dict, store, t_start: float) -> dict:
         "truncated": {"sequences": int(sum(e.cut > 0 for e in seqs)), "tokens": int(sum(e.cut for e in seqs))},
         "cache": {"dir": str(store.root) if store.enabled else None, "tokenized_from_cache": prep.tokenize_cached},
         "wall_s": time.perf_counter() - t_start,
+        "load_s": prep.load_s,  # data, configs, tokenizers (before tokenizing and the passes)
         "tokenize_s": prep.tokenize_s,
         "score_s": score_s,
         "tokens_per_s": computed_tokens / score_s if score_s > 0 and computed_tokens else None,

@@ -111,11 +111,14 @@ def run_sweep(o: ScoreOptions, checkpoints: list[tuple[int | None, str]], output
                 _write_tables(out, rows, {**meta, "model_passes_computed": computed, "model_passes_cached": cached})
         finally:
             store.close()
+    plots_s = 0.0
     if plots and rows:
         from ..results.plots import plot_run
 
-        plot_run(out)
-    return {"checkpoints": rows, "model_passes_computed": computed, "model_passes_cached": cached}
+        t0 = time.perf_counter()
+        plot_run(out)  # pictures whose inputs did not change are kept
+        plots_s = time.perf_counter() - t0
+    return {"checkpoints": rows, "model_passes_computed": computed, "model_passes_cached": cached, "plots_s": plots_s}
 
 
 def _checkpoint_task(o: ScoreOptions, store_dir: str) -> dict:

@@ -1,9 +1,17 @@
-"""Pictures and a Markdown report of runs and sweeps (matplotlib, PNG)."""
+"""Pictures and a Markdown report of runs and sweeps (matplotlib, PNG).
+
+A picture is drawn only when what it shows changed: each PNG carries a stamp of its inputs (the
+numbers it plots and this module's source) in its metadata, and a picture whose stamp matches is
+kept as it is (a rerun of a finished sweep spent most of its time drawing the same pictures again).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
+
+STAMP_KEY = "rmbench-fast-inputs"
 
 STYLE_LABELS = ("concise", "detailed", "markdown")
 
@@ -17,9 +25,40 @@ def _pyplot():
     return plt
 
 
+def stamp(*inputs) -> str:
+    """What a picture shows: its inputs and the code that draws them."""
+    from ..store.fingerprints import sha256_text
+
+    return sha256_text(hashlib.sha256(Path(__file__).read_bytes()).hexdigest(), inputs)
+
+
+def up_to_date(path: Path, want: str) -> bool:
+    """The PNG at `path` exists and was drawn from inputs with this stamp."""
+    if not path.is_file():
+        return False
+    try:
+        from PIL import Image
+
+        with Image.open(path) as im:
+            return im.info.get(STAMP_KEY) == want
+    except Exception:  # noqa: BLE001 - an unreadable picture is drawn again
+        return False
+
+
+def _save(fig, path: Path, want: str) -> None:
+    from ..store.atomic import atomic_open
+
+    with atomic_open(path) as f:  # a reader sees the old picture or the new one
+        fig.savefig(f, format="png", dpi=110, bbox_inches="tight", metadata={STAMP_KEY: want})
+
+
 def plot_matrices(summary: dict, path) -> Path:
     """One heatmap per scoring domain: rows = chosen style, columns = rejected style, cell =
     fraction of prompts where the chosen response scored higher."""
+    path = Path(path)
+    want = stamp("matrices", summary.get("domains"), summary.get("matrices"))
+    if up_to_date(path, want):
+        return path
     plt = _pyplot()
     domains = list(summary["domains"])
     fig, axes = plt.subplots(1, len(domains), figsize=(3.3 * len(domains) + 1.2, 3.5), squeeze=False,
@@ -39,14 +78,17 @@ def plot_matrices(summary: dict, path) -> Path:
         ax.set_title(f"{d}: avg {100 * acc['avg']:.1f}\nhard {100 * acc['hard']:.0f} / normal "
                      f"{100 * acc['normal']:.0f} / easy {100 * acc['easy']:.0f}", fontsize=9)
     fig.colorbar(im, ax=axes[0].tolist(), shrink=0.85, label="accuracy")
-    path = Path(path)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    _save(fig, path, want)
     plt.close(fig)
     return path
 
 
 def plot_sweep(rows: list[dict], path) -> Path:
     """Accuracy against step: overall, hard / normal / easy, and each domain's avg."""
+    path = Path(path)
+    want = stamp("sweep", rows)
+    if up_to_date(path, want):
+        return path
     plt = _pyplot()
     xs = [r["step"] if r["step"] is not None else i for i, r in enumerate(rows)]
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
@@ -62,8 +104,7 @@ def plot_sweep(rows: list[dict], path) -> Path:
         ax.set_title(title)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    path = Path(path)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    _save(fig, path, want)
     plt.close(fig)
     return path
 

@@ -1,5 +1,6 @@
-"""Progress as a user sees it: a pass served from the store closes its bar; a run resumed after an
-out-of-memory halving and an interruption counts each sequence once."""
+"""Runs again, as a user sees them: a pass served from the store closes its progress bar; a run
+resumed after an out-of-memory halving and an interruption counts each sequence once; pictures are
+drawn again only when their numbers change."""
 
 import re
 
@@ -67,3 +68,26 @@ def test_resume_after_halving_and_interruption_counts_each_sequence_once(world, 
                                                                capsys.readouterr().err.replace(",", ""))]
     assert counts and all(done <= total for done, total in counts), counts
     assert counts[-1][0] == counts[-1][1] == run.run["n_sequences"]
+
+
+def test_pictures_are_drawn_only_when_their_inputs_change(world, tmp_path, monkeypatch):
+    """A rerun keeps pictures whose numbers did not change (drawing them was most of a no-op
+    sweep rerun); other numbers draw them again."""
+    import json
+
+    import rmbench_fast.results.plots as plots
+
+    out = tmp_path / "run"
+    score(ScoreOptions(model=world["rm"], data=world["data"], output=str(out), cache=False, progress=False))
+    plots.plot_run(out)
+    drawn = []
+    real = plots._save
+    monkeypatch.setattr(plots, "_save", lambda fig, path, want: drawn.append(path) or real(fig, path, want))
+    before = (out / "matrices.png").read_bytes()
+    plots.plot_run(out)
+    assert drawn == [] and (out / "matrices.png").read_bytes() == before
+    summary = json.loads((out / "summary.json").read_text())
+    summary["matrices"]["chat"][0][0] = 1 - summary["matrices"]["chat"][0][0]
+    (out / "summary.json").write_text(json.dumps(summary))
+    plots.plot_run(out)
+    assert drawn == [out / "matrices.png"] and (out / "matrices.png").read_bytes() != before

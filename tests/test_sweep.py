@@ -144,3 +144,31 @@ def test_score_resume_and_corrupt_entry(run_dir, tmp_path):
     again = score(o, hooks=redo)
     assert redo.total > 0
     np.testing.assert_array_equal(again.chosen, clean.chosen)
+
+
+def test_sweep_loads_the_shared_data_and_tokenizer_once(run_dir, tmp_path, monkeypatch):
+    """Three checkpoints and a reference with byte-identical tokenizer files: one tokenizer load and
+    one data load for the whole sweep (a no-op rerun spent most of its time loading them again), and
+    the same scores as the first test's separate runs check."""
+    import rmbench_fast.engine.prepare as prep_mod
+
+    counts = {"tokenizer": 0, "data": 0}
+    real_tok, real_data = prep_mod.load_tokenizer, prep_mod.load_dataset
+
+    def tok(*a, **kw):
+        counts["tokenizer"] += 1
+        return real_tok(*a, **kw)
+
+    def data(*a, **kw):
+        counts["data"] += 1
+        return real_data(*a, **kw)
+
+    monkeypatch.setattr(prep_mod, "load_tokenizer", tok)
+    monkeypatch.setattr(prep_mod, "load_dataset", data)
+    found = find_checkpoints((), str(run_dir["root"] / "run" / "checkpoint-*"))
+    result = run_sweep(opts(run_dir, tmp_path), found, str(tmp_path / "sweep"), plots=False, echo=lambda *a: None)
+    assert counts == {"tokenizer": 1, "data": 1}
+    assert len(result["checkpoints"]) == 3
+    alone = score(ScoreOptions(model=found[1][1], data=run_dir["data"], ref_model=run_dir["ref"], progress=False,
+                               cache=False))
+    assert result["checkpoints"][1]["overall"] == alone.summary["overall"]

@@ -25,6 +25,7 @@ from ..models.kinds import detect_mode, is_causal_decoder
 from ..models.loading import load_config, load_tokenizer, tokenizer_folder
 from ..models.precision import Precision
 from ..models.precision import choose as choose_precision
+from ..models.tokenizer_loading import read_json
 from ..scorers import Scorer, make_scorer
 from ..store.entries import Store
 from ..store.fingerprints import data_fingerprint, tokenizer_fingerprint
@@ -50,14 +51,21 @@ class Loaded:
     fmt: ChatFormat
 
 
-def load_run(o: ScoreOptions) -> Loaded:
+def load_run(o: ScoreOptions, store: Store, reuse: dict | None = None) -> Loaded:
+    """What the run names, loaded. reuse: what earlier runs of this process loaded (a sweep's
+    checkpoints share their data, and usually their tokenizer files): the data by selection, a
+    tokenizer by the fingerprint of its files, so identical files load once."""
     from ..adapters import select
 
+    reuse = {} if reuse is None else reuse
     device = resolve_device(o.device)
-    samples = load_dataset(o.data, domains=o.domains, limit=o.limit)
+    data_key = ("data", str(o.data), tuple(o.domains or ()), o.limit)
+    if data_key not in reuse:
+        reuse[data_key] = load_dataset(o.data, domains=o.domains, limit=o.limit)
+    samples = reuse[data_key]
     config = load_config(o.model, o.trust_remote_code)
     tok_path = tokenizer_folder(o.tokenizer or o.model)
-    tokenizer = load_tokenizer(tok_path, o.trust_remote_code)
+    tokenizer = _tokenizer(tok_path, o.trust_remote_code, store, reuse)
     adapter = select(o.model, config, o.adapter) if o.mode in ("auto", "rm") else None
     mode = "rm" if adapter is not None else detect_mode(config) if o.mode == "auto" else o.mode
     ref_config = ref_tokenizer = None
@@ -65,7 +73,7 @@ def load_run(o: ScoreOptions) -> Loaded:
         ref_config = load_config(o.ref_model, o.trust_remote_code)
         ref_dir = Path(o.ref_model)
         if ref_dir.is_dir() and any((ref_dir / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
-            ref_tokenizer = load_tokenizer(o.ref_model, o.trust_remote_code)
+            ref_tokenizer = _tokenizer(o.ref_model, o.trust_remote_code, store, reuse)
     return Loaded(device, samples, config, tok_path, tokenizer, adapter, mode, ref_config, ref_tokenizer,
                   ChatFormat(tokenizer, o.chat_template))
 
@@ -95,10 +103,21 @@ class Prepared:
         return self.precision.dtype
 
 
-def prepare(o: ScoreOptions, store: Store) -> Prepared:
+def _tokenizer(path: str, trust_remote_code: bool, store: Store, reuse: dict):
+    fp = tokenizer_fingerprint(path, store.hashes)
+    if fp is None:  # not a local folder of tokenizer files: nothing to key it on
+        return load_tokenizer(path, trust_remote_code)
+    model_cfg = read_json(Path(path) / "config.json")  # 4.51's class can come from there (tokenizer_loading)
+    key = ("tokenizer", fp, trust_remote_code, model_cfg.get("model_type"), model_cfg.get("tokenizer_class"))
+    if key not in reuse:
+        reuse[key] = load_tokenizer(path, trust_remote_code)
+    return reuse[key]
+
+
+def prepare(o: ScoreOptions, store: Store, reuse: dict | None = None) -> Prepared:
     check_options(o)
     t_load = time.perf_counter()
-    run = load_run(o)
+    run = load_run(o, store, reuse)
     check_run(o, run)
     load_s = time.perf_counter() - t_load
     compat = o.compat == "official"

@@ -112,16 +112,17 @@ def finish(prep: Prepared, o: ScoreOptions, passes: dict, t_start: float, store:
     return ScoreRun(samples, chosen, rejected, summary, run)
 
 
-def score(o: ScoreOptions, store: Store | None = None, hooks=None) -> ScoreRun:
+def score(o: ScoreOptions, store: Store | None = None, hooks=None, reuse: dict | None = None) -> ScoreRun:
     """Score every sample of `o.data` with `o.model`; write results when `o.output` is set.
-    Finished work comes from the store (o.cache_dir, default ~/.cache/rmbench-fast/store)."""
+    Finished work comes from the store (o.cache_dir, default ~/.cache/rmbench-fast/store); `reuse`
+    (a dict a caller keeps across runs, as a sweep does) shares loaded data and tokenizers."""
     t_start = time.perf_counter()
     own_store = store is None
     store = store or open_store(o)
     try:
         if o.output:
             check_output(o)
-        prep = prepare(o, store)
+        prep = prepare(o, store, reuse)
         passes = {role: model_pass(prep, o, path, role, store, hooks) for role, path in prep.scorer.roles(o)}
         return finish(prep, o, passes, t_start, store)
     finally:

@@ -101,10 +101,11 @@ def run_sweep(o: ScoreOptions, checkpoints: list[tuple[int | None, str]], output
     else:
         store = open_store(o)
         rows, computed, cached = [], 0, 0
+        reuse = {}  # the data and tokenizers every checkpoint shares, loaded once
         try:
             for k, ((step, path), sub) in enumerate(zip(checkpoints, subs)):
                 echo(f"[{k + 1}/{len(checkpoints)}] {Path(path).name} (step {step if step is not None else '-'})")
-                run = score(replace(o, model=path, output=str(out / sub)), store=store, hooks=hooks)
+                run = score(replace(o, model=path, output=str(out / sub)), store=store, hooks=hooks, reuse=reuse)
                 computed += run.run["passes_computed"]
                 cached += run.run["passes"] - run.run["passes_computed"]
                 rows.append(_row(Path(path).name, sub, path, step, run.summary))

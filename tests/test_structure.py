@@ -97,3 +97,17 @@ def test_the_engine_stays_thin():
 def test_module_sizes():
     big = {str(p.relative_to(ROOT)): n for p in modules().values() if (n := len(p.read_text().splitlines())) > 300}
     assert not big, f"modules over 300 lines: {big}"
+
+
+def test_choosing_an_adapter_imports_no_model_code():
+    """The command line, the engine and every adapter family's entry import no transformers model code
+    (modeling_utils and the Llama / Gemma-2 modelling: about 2 s): a run whose passes all come from
+    the store never needs it; a family's classes are built when it loads a model."""
+    import subprocess
+    import sys
+
+    code = ("import sys, rmbench_fast.cli.main, rmbench_fast.engine.sweep, rmbench_fast.adapters as a; "
+            "a.select('x/y', type('C', (), {'architectures': ['GRewardModel'], 'auto_map': None})()); "
+            "print(sorted(m for m in sys.modules if m.startswith('transformers.') and 'modeling' in m))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out

@@ -10,11 +10,11 @@ response scores higher: the `beaver-cost` adapter does too. Doubled BOS kept.
 
 from __future__ import annotations
 
+import functools
 from functools import partial
 
 import torch
 import torch.nn as nn
-from transformers import LlamaModel, LlamaPreTrainedModel
 
 from ..errors import UsageError
 from .base import Adapter, weight_names
@@ -32,36 +32,44 @@ class Normalizer(nn.Module):
         self.register_buffer("count", torch.zeros(1, dtype=torch.long))
 
 
-class LlamaForScore(LlamaPreTrainedModel):
-    # checkpoints saved without the statistics fall back to config.mean / config.var (see load)
-    _keys_to_ignore_on_load_missing = [r"^normalizer\."]
+@functools.cache
+def model_class():
+    """LlamaForScore, built on first use: its transformers base class imports the model code (seconds),
+    which a run whose passes all come from the store never needs."""
+    from transformers import LlamaModel, LlamaPreTrainedModel
 
-    def __init__(self, config):
-        super().__init__(config)
-        self.model = LlamaModel(config)
-        dim = getattr(config, "score_dim", 1)
-        self.score_head = nn.Linear(config.hidden_size, dim, bias=getattr(config, "bias", False))
-        self.normalizer = Normalizer(dim)
-        self.post_init()
+    class LlamaForScore(LlamaPreTrainedModel):
+        # checkpoints saved without the statistics fall back to config.mean / config.var (see load)
+        _keys_to_ignore_on_load_missing = [r"^normalizer\."]
 
-    def get_input_embeddings(self):
-        return self.model.embed_tokens
+        def __init__(self, config):
+            super().__init__(config)
+            self.model = LlamaModel(config)
+            dim = getattr(config, "score_dim", 1)
+            self.score_head = nn.Linear(config.hidden_size, dim, bias=getattr(config, "bias", False))
+            self.normalizer = Normalizer(dim)
+            self.post_init()
 
-    def normalize(self, x):
-        kind = getattr(self.config, "score_type", "reward")
-        std = self.normalizer.var.float().sqrt()
-        if kind == "reward":
-            return (x - self.normalizer.mean.float()) / (std + EPS)
-        return x / (std + EPS) if kind == "cost" else x
+        def get_input_embeddings(self):
+            return self.model.embed_tokens
 
-    def forward(self, input_ids, attention_mask):
-        h = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        scores = self.score_head(rows(h, last_attended(attention_mask))).float()  # [B, score_dim]
-        return self.normalize(scores) if getattr(self.config, "do_normalize", False) else scores
+        def normalize(self, x):
+            kind = getattr(self.config, "score_type", "reward")
+            std = self.normalizer.var.float().sqrt()
+            if kind == "reward":
+                return (x - self.normalizer.mean.float()) / (std + EPS)
+            return x / (std + EPS) if kind == "cost" else x
+
+        def forward(self, input_ids, attention_mask):
+            h = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            scores = self.score_head(rows(h, last_attended(attention_mask))).float()  # [B, score_dim]
+            return self.normalize(scores) if getattr(self.config, "do_normalize", False) else scores
+
+    return LlamaForScore
 
 
 def load(scorer, path, *args):
-    model = load_own(LlamaForScore, scorer, path, *args)
+    model = load_own(model_class(), scorer, path, *args)
     if not any(n.startswith("normalizer.") for n in weight_names(path)):  # statistics from the config
         dim = model.normalizer.mean.shape
         mean, var = getattr(model.config, "mean", None), getattr(model.config, "var", None)

@@ -12,8 +12,8 @@ way. The pipeline (GRMPipeline) keeps a doubled BOS.
 
 from __future__ import annotations
 
+import functools
 import torch.nn as nn
-from transformers import AutoConfig, AutoModel, PreTrainedModel
 
 from .base import Adapter
 from .pooling import last_attended, rows
@@ -38,27 +38,35 @@ class ValueHead(nn.Module):
         return self.summary(x)
 
 
-class GRewardModel(PreTrainedModel):
-    config_class = AutoConfig  # any decoder whose config AutoModel knows
-    base_model_prefix = "model"
+@functools.cache
+def model_class():
+    """GRewardModel, built on first use: its transformers base class imports the model code (seconds),
+    which a run whose passes all come from the store never needs."""
+    from transformers import AutoConfig, AutoModel, PreTrainedModel
 
-    def __init__(self, config):
-        super().__init__(config)
-        self.model = AutoModel.from_config(config)
-        self.v_head = ValueHead(config)
-        self.post_init()
+    class GRewardModel(PreTrainedModel):
+        config_class = AutoConfig  # any decoder whose config AutoModel knows
+        base_model_prefix = "model"
 
-    def get_input_embeddings(self):
-        return self.model.get_input_embeddings()
+        def __init__(self, config):
+            super().__init__(config)
+            self.model = AutoModel.from_config(config)
+            self.v_head = ValueHead(config)
+            self.post_init()
 
-    def forward(self, input_ids, attention_mask):
-        h = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        last = rows(h, last_attended(attention_mask))
-        return self.v_head(last.to(next(self.v_head.parameters()).dtype)).squeeze(-1)  # [B]
+        def get_input_embeddings(self):
+            return self.model.get_input_embeddings()
+
+        def forward(self, input_ids, attention_mask):
+            h = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            last = rows(h, last_attended(attention_mask))
+            return self.v_head(last.to(next(self.v_head.parameters()).dtype)).squeeze(-1)  # [B]
+
+    return GRewardModel
 
 
 def load(scorer, *args):
-    return load_own(GRewardModel, scorer, *args)
+    return load_own(model_class(), scorer, *args)
 
 
 def make_scorer(o, config, tokenizer, device, tokenizer_path):

@@ -7,33 +7,41 @@ attention 0). The official entry pins bfloat16.
 
 from __future__ import annotations
 
+import functools
 import torch
 import torch.nn as nn
-from transformers import LlamaModel, LlamaPreTrainedModel
 
 from .base import Adapter
 from .pooling import before_first, rows
 from .scoring import load_own, scorer_for
 
 
-class INFORMForSequenceClassification(LlamaPreTrainedModel):
-    def __init__(self, config):
-        super().__init__(config)
-        self.model = LlamaModel(config)
-        h = config.hidden_size
-        self.score = nn.Sequential(nn.Linear(h, h), nn.ReLU(), nn.Linear(h, 1))
-        self.post_init()
+@functools.cache
+def model_class():
+    """INFORMForSequenceClassification, built on first use: its transformers base class imports the model code (seconds),
+    which a run whose passes all come from the store never needs."""
+    from transformers import LlamaModel, LlamaPreTrainedModel
 
-    def get_input_embeddings(self):
-        return self.model.embed_tokens
+    class INFORMForSequenceClassification(LlamaPreTrainedModel):
+        def __init__(self, config):
+            super().__init__(config)
+            self.model = LlamaModel(config)
+            h = config.hidden_size
+            self.score = nn.Sequential(nn.Linear(h, h), nn.ReLU(), nn.Linear(h, 1))
+            self.post_init()
 
-    def forward(self, input_ids, attention_mask):
-        h = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        return self.score(rows(h, before_first(input_ids, self.config.pad_token_id))).squeeze(-1)  # [B]
+        def get_input_embeddings(self):
+            return self.model.embed_tokens
+
+        def forward(self, input_ids, attention_mask):
+            h = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            return self.score(rows(h, before_first(input_ids, self.config.pad_token_id))).squeeze(-1)  # [B]
+
+    return INFORMForSequenceClassification
 
 
 def load(scorer, *args):
-    return load_own(INFORMForSequenceClassification, scorer, *args)
+    return load_own(model_class(), scorer, *args)
 
 
 def make_scorer(o, config, tokenizer, device, tokenizer_path):

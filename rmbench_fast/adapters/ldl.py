@@ -19,13 +19,13 @@ the sequence alone).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import OrderedDict
 from pathlib import Path
 
 import torch
 import torch.nn as nn
-from transformers import Gemma2Model
 
 from ..errors import UsageError
 from ..models.loading import load_model
@@ -37,9 +37,17 @@ HEADS = ("regression_layer", "gating_layer")
 BINS = 10
 
 
-class LDLBackbone(Gemma2Model):
-    # heads saved inside the safetensors too are ignored: the .pt files are what the official class loads
-    _keys_to_ignore_on_load_unexpected = [r"^(regression_layer|gating_layer)\."]
+@functools.cache
+def model_class():
+    """LDLBackbone, built on first use: its transformers base class imports the model code (seconds),
+    which a run whose passes all come from the store never needs."""
+    from transformers import Gemma2Model
+
+    class LDLBackbone(Gemma2Model):
+        # heads saved inside the safetensors too are ignored: the .pt files are what the official class loads
+        _keys_to_ignore_on_load_unexpected = [r"^(regression_layer|gating_layer)\."]
+
+    return LDLBackbone
 
 
 class Head(nn.Module):
@@ -103,7 +111,7 @@ def load(scorer, path, dtype, device, trust_remote_code, allow_pickle_weights):
                          "not found (a local folder is needed)")
     # eager attention, which applies Gemma-2's attention-logit softcapping as the official class's
     # FlashAttention-2 does; transformers 4.51's default for a bare Gemma2Model (SDPA) skips it
-    backbone = load_model(path, "rm", dtype, device, False, allow_pickle_weights, False, model_class=LDLBackbone,
+    backbone = load_model(path, "rm", dtype, device, False, allow_pickle_weights, False, model_class=model_class(),
                           attn_implementation="eager")
     heads = []
     for h in HEADS:

@@ -8,36 +8,44 @@ class (EurusRewardModel, config.json auto_map AutoModel), which runs under --tru
 
 from __future__ import annotations
 
+import functools
 from functools import partial
 
 import torch.nn as nn
-from transformers import LlamaConfig, LlamaModel, PreTrainedModel
 
 from .base import Adapter
 from .pooling import last_attended, rows
 from .scoring import QUANTIZED, load_own, load_remote, require_remote_code, scorer_for
 
 
-class LlamaRewardModel(PreTrainedModel):
-    config_class = LlamaConfig
-    base_model_prefix = "model"
+@functools.cache
+def model_class():
+    """LlamaRewardModel, built on first use: its transformers base class imports the model code (seconds),
+    which a run whose passes all come from the store never needs."""
+    from transformers import LlamaConfig, LlamaModel, PreTrainedModel
 
-    def __init__(self, config):
-        super().__init__(config)
-        self.model = LlamaModel(config)
-        self.regression_head = nn.Linear(config.hidden_size, 1, bias=False)
-        self.post_init()
+    class LlamaRewardModel(PreTrainedModel):
+        config_class = LlamaConfig
+        base_model_prefix = "model"
 
-    def get_input_embeddings(self):
-        return self.model.embed_tokens
+        def __init__(self, config):
+            super().__init__(config)
+            self.model = LlamaModel(config)
+            self.regression_head = nn.Linear(config.hidden_size, 1, bias=False)
+            self.post_init()
 
-    def forward(self, input_ids, attention_mask):
-        h = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        return self.regression_head(rows(h, last_attended(attention_mask))).squeeze(-1)  # [B]
+        def get_input_embeddings(self):
+            return self.model.embed_tokens
+
+        def forward(self, input_ids, attention_mask):
+            h = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            return self.regression_head(rows(h, last_attended(attention_mask))).squeeze(-1)  # [B]
+
+    return LlamaRewardModel
 
 
 def load(scorer, *args):
-    return load_own(LlamaRewardModel, scorer, *args)
+    return load_own(model_class(), scorer, *args)
 
 
 def make_ultrarm(o, config, tokenizer, device, tokenizer_path):

@@ -19,9 +19,9 @@ flash-attn (QRM-Llama3-8B's head then runs in bf16). Here: transformers' default
 
 from __future__ import annotations
 
+import functools
 import torch
 import torch.nn as nn
-from transformers import LlamaModel, LlamaPreTrainedModel
 
 from ..errors import UsageError
 from .base import Adapter
@@ -58,37 +58,45 @@ class GatingNetwork(nn.Module):
         return torch.softmax(x / self.temperature, dim=1) * self.logit_scale[0]
 
 
-class GatedRewardModel(LlamaPreTrainedModel):
-    def __init__(self, config):
-        super().__init__(config)
-        self.model = LlamaModel(config)
-        self.objectives = getattr(config, "num_objectives", 19)
-        self.quantiles = getattr(config, "num_quantiles", 1)
-        self.regression_layer = nn.Linear(config.hidden_size, self.objectives * self.quantiles, bias=False)
-        self.reward_transform_matrix = nn.Parameter(torch.eye(self.objectives), requires_grad=False)
-        self.gating = GatingNetwork(config.hidden_size, self.objectives, getattr(config, "gating_temperature", 10),
-                                    getattr(config, "gating_hidden_dim", 1024), getattr(config, "gating_n_hidden", 3))
-        self.post_init()
+@functools.cache
+def model_class():
+    """GatedRewardModel, built on first use: its transformers base class imports the model code (seconds),
+    which a run whose passes all come from the store never needs."""
+    from transformers import LlamaModel, LlamaPreTrainedModel
 
-    def get_input_embeddings(self):
-        return self.model.embed_tokens
+    class GatedRewardModel(LlamaPreTrainedModel):
+        def __init__(self, config):
+            super().__init__(config)
+            self.model = LlamaModel(config)
+            self.objectives = getattr(config, "num_objectives", 19)
+            self.quantiles = getattr(config, "num_quantiles", 1)
+            self.regression_layer = nn.Linear(config.hidden_size, self.objectives * self.quantiles, bias=False)
+            self.reward_transform_matrix = nn.Parameter(torch.eye(self.objectives), requires_grad=False)
+            self.gating = GatingNetwork(config.hidden_size, self.objectives, getattr(config, "gating_temperature", 10),
+                                        getattr(config, "gating_hidden_dim", 1024), getattr(config, "gating_n_hidden", 3))
+            self.post_init()
 
-    def head_to_float(self):
-        self.regression_layer.float()
-        self.gating.float()
-        self.reward_transform_matrix.data = self.reward_transform_matrix.data.float()
-        return self
+        def get_input_embeddings(self):
+            return self.model.embed_tokens
 
-    def forward(self, input_ids, attention_mask):
-        h = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        at = last_pattern(input_ids)
-        if (at < 0).any():
-            raise UsageError("QRM: a sequence lacks Llama-3's '<|eot_id|><|start_header_id|>assistant<|end_header_id|>"
-                             "\\n\\n' token ids, where the gating network reads")
-        rewards = self.regression_layer(rows(h, before_first(input_ids, self.config.pad_token_id)).float())
-        rewards = rewards.view(-1, self.objectives, self.quantiles).mean(2) @ self.reward_transform_matrix
-        gate = self.gating(rows(h, at).float())
-        return (gate * rewards).sum(1)  # [B]
+        def head_to_float(self):
+            self.regression_layer.float()
+            self.gating.float()
+            self.reward_transform_matrix.data = self.reward_transform_matrix.data.float()
+            return self
+
+        def forward(self, input_ids, attention_mask):
+            h = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            at = last_pattern(input_ids)
+            if (at < 0).any():
+                raise UsageError("QRM: a sequence lacks Llama-3's '<|eot_id|><|start_header_id|>assistant<|end_header_id|>"
+                                 "\\n\\n' token ids, where the gating network reads")
+            rewards = self.regression_layer(rows(h, before_first(input_ids, self.config.pad_token_id)).float())
+            rewards = rewards.view(-1, self.objectives, self.quantiles).mean(2) @ self.reward_transform_matrix
+            gate = self.gating(rows(h, at).float())
+            return (gate * rewards).sum(1)  # [B]
+
+    return GatedRewardModel
 
 
 class GatedScorer(AdapterScorer):
@@ -103,7 +111,7 @@ class GatedScorer(AdapterScorer):
 
 
 def load(scorer, *args):
-    return load_own(GatedRewardModel, scorer, *args).head_to_float()
+    return load_own(model_class(), scorer, *args).head_to_float()
 
 
 def make_scorer(o, config, tokenizer, device, tokenizer_path):

@@ -18,11 +18,11 @@ is the official score wherever the official one does not depend on the batch.
 
 from __future__ import annotations
 
+import functools
 from functools import partial
 
 import torch
 import torch.nn as nn
-from transformers import LlamaModel, LlamaPreTrainedModel
 
 from ..scorers.rm import official_pad_ids
 from .base import Adapter
@@ -30,26 +30,34 @@ from .pooling import rows
 from .scoring import QUANTIZED, AdapterScorer, load_own, scorer_for
 
 
-class StarlingRewardModel(LlamaPreTrainedModel):
-    base_model_prefix = "transformer"
-    _keys_to_ignore_on_load_unexpected = [r"^model\."]  # the 7B's second copy of its decoder, and its LM head
+@functools.cache
+def model_class():
+    """StarlingRewardModel, built on first use: its transformers base class imports the model code (seconds),
+    which a run whose passes all come from the store never needs."""
+    from transformers import LlamaModel, LlamaPreTrainedModel
 
-    def __init__(self, config):
-        super().__init__(config)
-        self.transformer = LlamaModel(config)
-        self.v_head = nn.Linear(config.hidden_size, 1, bias=False)
-        self.read_id = 0  # the scorer sets it: read before the first token with this id
-        self.post_init()
+    class StarlingRewardModel(LlamaPreTrainedModel):
+        base_model_prefix = "transformer"
+        _keys_to_ignore_on_load_unexpected = [r"^model\."]  # the 7B's second copy of its decoder, and its LM head
 
-    def get_input_embeddings(self):
-        return self.transformer.embed_tokens
+        def __init__(self, config):
+            super().__init__(config)
+            self.transformer = LlamaModel(config)
+            self.v_head = nn.Linear(config.hidden_size, 1, bias=False)
+            self.read_id = 0  # the scorer sets it: read before the first token with this id
+            self.post_init()
 
-    def forward(self, input_ids, attention_mask):
-        h = self.transformer(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        n = attention_mask.sum(1)  # each row alone: its own length, no padding
-        hit = (input_ids == self.read_id) & attention_mask.bool()
-        first = torch.where(hit.any(1), hit.int().argmax(1), n)
-        return self.v_head(rows(h, (first - 1) % n)).squeeze(-1)  # [B]
+        def get_input_embeddings(self):
+            return self.transformer.embed_tokens
+
+        def forward(self, input_ids, attention_mask):
+            h = self.transformer(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            n = attention_mask.sum(1)  # each row alone: its own length, no padding
+            hit = (input_ids == self.read_id) & attention_mask.bool()
+            first = torch.where(hit.any(1), hit.int().argmax(1), n)
+            return self.v_head(rows(h, (first - 1) % n)).squeeze(-1)  # [B]
+
+    return StarlingRewardModel
 
 
 class StarlingScorer(AdapterScorer):
@@ -60,7 +68,7 @@ class StarlingScorer(AdapterScorer):
 
 
 def load(scorer, *args):
-    model = load_own(StarlingRewardModel, scorer, *args)
+    model = load_own(model_class(), scorer, *args)
     model.read_id = scorer.read_id
     return model
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from ..errors import UsageError
 from ..inputs.layout import sequence_name
 from ..inputs.tokenize import Encoded
-from ..models.kinds import is_reward_model
+from ..models.kinds import architectures, is_reward_model
 from .options import COMPAT, DTYPES, ENGINES, LOGPROB_IMPLS, MODES, REF_FREE, SCORED_OPTIONS, ScoreOptions
 
 
@@ -42,7 +42,7 @@ def check_options(o: ScoreOptions):
 
 def check_kind(path: str, config, mode: str, what: str) -> None:
     """A sequence classifier given as a DPO model, or a causal LM as a reward model, is an error."""
-    archs = getattr(config, "architectures", None) or []
+    archs = architectures(config)
     if not archs:
         return
     is_rm = is_reward_model(config)

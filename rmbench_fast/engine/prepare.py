@@ -43,6 +43,7 @@ class Loaded:
     samples: list[Sample]
     config: object
     tokenizer_path: str
+    tokenizer_fp: str | None  # the fingerprint of its files (None: not a local folder)
     tokenizer: object
     adapter: object  # adapters.Adapter, or None for the plain scorers
     mode: str  # rm or dpo
@@ -65,7 +66,8 @@ def load_run(o: ScoreOptions, store: Store, reuse: dict | None = None) -> Loaded
     samples = reuse[data_key]
     config = load_config(o.model, o.trust_remote_code)
     tok_path = tokenizer_folder(o.tokenizer or o.model)
-    tokenizer = _tokenizer(tok_path, o.trust_remote_code, store, reuse)
+    tok_fp = tokenizer_fingerprint(tok_path, store.hashes)
+    tokenizer = _tokenizer(tok_path, tok_fp, o.trust_remote_code, reuse)
     adapter = select(o.model, config, o.adapter) if o.mode in ("auto", "rm") else None
     mode = "rm" if adapter is not None else detect_mode(config) if o.mode == "auto" else o.mode
     ref_config = ref_tokenizer = None
@@ -73,8 +75,9 @@ def load_run(o: ScoreOptions, store: Store, reuse: dict | None = None) -> Loaded
         ref_config = load_config(o.ref_model, o.trust_remote_code)
         ref_dir = Path(o.ref_model)
         if ref_dir.is_dir() and any((ref_dir / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
-            ref_tokenizer = _tokenizer(o.ref_model, o.trust_remote_code, store, reuse)
-    return Loaded(device, samples, config, tok_path, tokenizer, adapter, mode, ref_config, ref_tokenizer,
+            ref_fp = tokenizer_fingerprint(o.ref_model, store.hashes)
+            ref_tokenizer = _tokenizer(o.ref_model, ref_fp, o.trust_remote_code, reuse)
+    return Loaded(device, samples, config, tok_path, tok_fp, tokenizer, adapter, mode, ref_config, ref_tokenizer,
                   ChatFormat(tokenizer, o.chat_template))
 
 
@@ -103,8 +106,7 @@ class Prepared:
         return self.precision.dtype
 
 
-def _tokenizer(path: str, trust_remote_code: bool, store: Store, reuse: dict):
-    fp = tokenizer_fingerprint(path, store.hashes)
+def _tokenizer(path: str, fp: str | None, trust_remote_code: bool, reuse: dict):
     if fp is None:  # not a local folder of tokenizer files: nothing to key it on
         return load_tokenizer(path, trust_remote_code)
     model_cfg = read_json(Path(path) / "config.json")  # 4.51's class can come from there (tokenizer_loading)
@@ -130,7 +132,7 @@ def prepare(o: ScoreOptions, store: Store, reuse: dict | None = None) -> Prepare
         log.warning("%s (run.json records it)", fmt.departure)
 
     t0 = time.perf_counter()
-    tok_fp = tokenizer_fingerprint(tok_path, store.hashes)
+    tok_fp = run.tokenizer_fp
     tok_key = None if tok_fp is None else tokenized_key(
         scorer.code_modules(), tok_fp, fmt.name, fmt.jinja, fmt.text("{prompt}", "{response}"),
         data_fingerprint(samples), type(scorer).__name__, compat, official_tokenizer_class(tokenizer, tok_path),

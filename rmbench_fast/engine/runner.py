@@ -16,10 +16,9 @@ import numpy as np
 import torch
 
 from ..errors import UsageError
-from ..inputs.batching import Batch, make_batches
+from ..inputs.batching import Batch, halves
 from ..models.device import OUT_OF_MEMORY
 from .runtime import keep_freed_memory
-
 
 
 def load_for_pass(scorer, path: str, dtype, device, trust_remote_code: bool, allow_pickle_weights: bool):
@@ -69,8 +68,8 @@ def run_batches(scorer, model, seqs, batches: list[Batch], arrays: dict, device,
                 i = int(batch.indices[0])
                 raise UsageError(f"out of memory scoring {describe(i)} ({len(seqs[i].ids)} tokens) alone: use a "
                                  "smaller --dtype, a bigger device, or --compat official to truncate") from None
-            for b in make_batches(batch_lengths[batch.indices], max(1, batch.padded_tokens // 2)):
-                one(Batch(batch.indices[b.indices], b.max_len))
+            for half in halves(batch, batch_lengths):
+                one(half)
             return
         for name, values in out.items():
             arrays[name][batch.indices] = values

@@ -53,6 +53,13 @@ def make_batches(lengths, max_tokens_per_batch: int, max_batch_size: int | None 
     return batches
 
 
+def halves(batch: Batch, lengths) -> list[Batch]:
+    """`batch`'s rows re-cut at half its padded tokens (what an out-of-memory error retries);
+    lengths: per sequence of the run, the tokens its row holds."""
+    return [Batch(batch.indices[b.indices], b.max_len)
+            for b in make_batches(np.asarray(lengths)[batch.indices], max(1, batch.padded_tokens // 2))]
+
+
 def pad_rows(rows: list[list[int]], width: int, pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded input ids [len(rows), width] and attention mask for token id lists."""
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)

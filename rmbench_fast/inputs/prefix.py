@@ -27,7 +27,7 @@ import torch
 from ..models.device import OUT_OF_MEMORY
 from ..models.kinds import base_model, text_config
 from ..store.fingerprints import sha256_text
-from .batching import Batch, make_batches, mask_first_tokens, pad_rows
+from .batching import Batch, halves, make_batches, mask_first_tokens, pad_rows
 from .layout import PER_PROMPT
 
 log = logging.getLogger("rmbench_fast")
@@ -192,8 +192,8 @@ class PrefixKV:
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
             self.oom_halvings += 1
-            for half in make_batches(lens[b.indices], max(1, b.padded_tokens // 2)):
-                self._prefix_batch(Batch(b.indices[half.indices], half.max_len), prefixes, lens, starts)
+            for half in halves(b, lens):
+                self._prefix_batch(half, prefixes, lens, starts)
             return
         layers = _layers(out.get("cache") if out.get("cache") is not None else out.get("past_key_values"))
         p = torch.as_tensor(lens[b.indices], device=self.device)

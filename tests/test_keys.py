@@ -94,17 +94,14 @@ def test_the_key_names_what_the_scorer_imports():
     assert "rmbench_fast.kernels.logprob_triton" in closure(("rmbench_fast.scorers.dpo",))
 
 
-def test_gpu_name_and_8bit_libraries_in_pass_keys(monkeypatch):
+def test_gpu_name_and_8bit_libraries_in_pass_keys():
     args = (("rmbench_fast.scorers.rm",), "model", "tokenized")
-    cpu = keys.pass_key(*args, torch.device("cpu"), False, False)
-    assert keys.device_versions(torch.device("cpu")) == {}
-    assert set(keys.device_versions(torch.device("cpu"), int8=True)) == {"bitsandbytes", "accelerate"}
-    assert keys.pass_key(*args, torch.device("cpu"), True, False) != cpu  # 8-bit: its libraries' versions
-    gpu = {"name": "NVIDIA H200"}
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: gpu["name"])
-    h200 = keys.pass_key(*args, torch.device("cuda"), False, False)
-    gpu["name"] = "NVIDIA A100-SXM4-80GB"
-    assert keys.pass_key(*args, torch.device("cuda"), False, False) != h200 != cpu
+    cpu = keys.pass_key(*args, None, False, False)
+    assert keys.device_versions(None) == {}
+    assert set(keys.device_versions(None, int8=True)) == {"bitsandbytes", "accelerate"}
+    assert keys.pass_key(*args, None, True, False) != cpu  # 8-bit: its libraries' versions
+    h200 = keys.pass_key(*args, "NVIDIA H200", False, False)
+    assert keys.pass_key(*args, "NVIDIA A100-SXM4-80GB", False, False) != h200 != cpu
 
 
 def test_sweep_reuses_what_score_stored(opts, tmp_path):

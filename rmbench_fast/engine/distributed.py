@@ -10,9 +10,11 @@ sweep --engine ray: the reference pass runs first, spread over all workers, and 
 then every checkpoint is a task that runs the local engine on some worker against the same store
 (shared storage), so each checkpoint's model is loaded by one worker only.
 
+Devices: decided from what a worker has, not from the driver's (probe_workers; ray_worker has the rest).
+
 Faults: a unit whose worker dies (killed process, lost node) is queued again and a replacement
 worker started; a unit or checkpoint that fails `max_attempts` times ends the run with an error
-naming it and its last error.
+naming it and its last error. Workers are spread over the nodes (Ray's SPREAD strategy).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import RmbenchError, UsageError, one_line
+from .ray_worker import Worker, probe
 
 MAX_ATTEMPTS = 3
 
@@ -56,59 +59,26 @@ def ensure_ray(cfg: RayConfig):
     return ray
 
 
-class _Worker:
-    """Holds one model on its device and scores units of batches with the run's scorer, through the
-    same loop as a local pass (runner.run_batches)."""
-
-    def __init__(self, scorer, model_path, dtype, device, trust_remote_code, allow_pickle, threads):
-        import torch
-
-        from .runner import load_for_pass
-
-        if threads:
-            torch.set_num_threads(threads)
-        if device == "cuda" and not torch.cuda.is_available():
-            device = "cpu"
-        self.device = torch.device(device)
-        self.scorer = scorer
-        self.model, _ = load_for_pass(scorer, model_path, getattr(torch, dtype), self.device, trust_remote_code,
-                                      allow_pickle)
-
-    def score_unit(self, seqs, batches, batch_lengths, names, plan=None, max_tokens=None):
-        """seqs: the unit's sequences (tokenize.Encoded); batches: (index list into them, max length);
-        names: how errors name each; plan: the unit's (prefix, group, wave) arrays when prompt
-        prefixes are shared."""
-        from ..inputs.batching import Batch
-        from ..inputs.prefix import PrefixKV, PrefixPlan
-        from .runner import run_batches
-
-        _maybe_die()
-        n = len(seqs)
-        local = [Batch(np.asarray(ix), m) for ix, m in batches]
-        prefix = None
-        if plan is not None:
-            prefix = PrefixKV(self.model, [e.ids for e in seqs], PrefixPlan(*map(np.asarray, plan)), np.arange(n),
-                              self.scorer.pad_id, self.device, max_tokens)
-        arrays = {name: np.zeros((n, *shape)) for name, shape in self.scorer.outputs.items()}
-        info = run_batches(self.scorer, self.model, seqs, local, arrays, self.device, np.asarray(batch_lengths),
-                           names.__getitem__, None, prefix)
-        info.pop("first_batch_s", None)  # per unit, not per pass: run.json would show an arbitrary one
-        return os.getpid(), arrays, info
-
-
-def _maybe_die():
-    """Fault injection for tests and drills: with RMBENCH_FAULT_KILL_WORKER=PATH set when Ray starts,
-    creating the file PATH arms one fault: the first worker to start a unit then removes it, writes
-    its process id to PATH.died, and dies at once, like a killed process."""
-    marker = os.environ.get("RMBENCH_FAULT_KILL_WORKER")
-    if marker:
-        try:
-            os.remove(marker)  # only one worker wins the removal
-        except FileNotFoundError:
-            return
-        with open(marker + ".died", "w") as f:
-            f.write(str(os.getpid()))
-        os._exit(1)
+def probe_workers(cfg: RayConfig, device: str | None, logprob_impl: str):
+    """(Target, resolved --logprob-impl) of the run's workers, asked of one of them. --device, when
+    given, must agree with --gpus-per-worker (Ray hands out the GPUs)."""
+    wanted = "cuda" if cfg.gpus_per_worker > 0 else "cpu"
+    if device is not None and device.split(":")[0] != wanted:
+        raise UsageError(f"--device {device} with --engine ray: workers compute on "
+                         f"{'a GPU' if wanted == 'cuda' else 'the CPU'} (--gpus-per-worker {cfg.gpus_per_worker:g}); "
+                         f"drop --device, or set --gpus-per-worker {'0' if wanted == 'cuda' else '1'}")
+    ray = ensure_ray(cfg)
+    offered = ray.cluster_resources().get("GPU", 0)
+    if cfg.gpus_per_worker > offered:
+        raise UsageError(f"--gpus-per-worker {cfg.gpus_per_worker:g}: the Ray cluster offers {offered:g} GPUs "
+                         f"(ray start --num-gpus on its nodes)")
+    task = ray.remote(num_cpus=cfg.cpus_per_worker, num_gpus=cfg.gpus_per_worker, max_retries=0)(probe)
+    try:
+        return ray.get(task.remote(wanted, logprob_impl))
+    except ray.exceptions.RayTaskError as e:
+        if isinstance(getattr(e, "cause", None), RmbenchError):
+            raise e.cause from None
+        raise
 
 
 def make_units(batches, n_workers: int, per_worker: int = 4):
@@ -147,21 +117,32 @@ def run_pass_on_ray(cfg: RayConfig, prep, o, model_path: str, todo, arrays: dict
 
     ray = ensure_ray(cfg)
     worker_cls = ray.remote(num_cpus=cfg.cpus_per_worker, num_gpus=cfg.gpus_per_worker, max_restarts=0,
-                            max_task_retries=0)(_Worker)
-    device = "cuda" if cfg.gpus_per_worker > 0 else "cpu"
+                            max_task_retries=0, scheduling_strategy="SPREAD")(Worker)
     dtype = str(prep.dtype).replace("torch.", "")
-    threads = max(1, int(cfg.cpus_per_worker)) if device == "cpu" else None
+    threads = max(1, int(cfg.cpus_per_worker)) if prep.device.type == "cpu" else None
+    nodes = {}  # actor -> (pid, node id), asked once it is up; a dead one keeps its last answer
 
     def spawn():
-        return worker_cls.remote(prep.scorer, model_path, dtype, device, o.trust_remote_code, o.allow_pickle_weights,
-                                 threads)
+        actor = worker_cls.remote(prep.scorer, model_path, dtype, prep.target, o.trust_remote_code,
+                                  o.allow_pickle_weights, threads)
+        nodes[actor] = actor.where.remote()
+        return actor
+
+    def node_of(actor) -> str | None:
+        where = nodes.get(actor)
+        if where is not None and not isinstance(where, tuple):
+            try:
+                where = nodes[actor] = ray.get(where, timeout=30)
+            except Exception:  # never came up, or died before answering
+                return None
+        return where[1] if where else None
 
     queue = list(enumerate(make_units(todo, cfg.num_workers)))
     attempts = {k: 0 for k, _ in queue}
     idle = [spawn() for _ in range(min(cfg.num_workers, len(queue)))]
     running = {}  # future -> (unit index, unit, actor, sequence indices)
     work, notes = {}, {}
-    retried, unit_workers = [], {}  # run.json: what was redone and which process finished each unit
+    retried, unit_workers, unit_nodes = [], {}, {}  # run.json: what was redone, who finished each unit, where
     try:
         while queue or running:
             while queue and idle:
@@ -175,6 +156,7 @@ def run_pass_on_ray(cfg: RayConfig, prep, o, model_path: str, todo, arrays: dict
                 fut = actor.score_unit.remote([prep.seqs[g] for g in index], local, prep.batch_lengths[index],
                                               [sequence_name(prep.samples, int(g)) for g in index], plan,
                                               prep.max_tokens)
+                node_of(actor)  # where it runs, known before it can die
                 running[fut] = (k, unit, actor, index)
             done, _ = ray.wait(list(running), num_returns=1)
             fut = done[0]
@@ -183,7 +165,8 @@ def run_pass_on_ray(cfg: RayConfig, prep, o, model_path: str, todo, arrays: dict
                 result = ray.get(fut)
             except ray.exceptions.RayActorError as e:  # the worker died: another one takes the unit
                 attempts[k] += 1
-                retried.append({"unit": k, "attempt": attempts[k], "why": "its worker process died"})
+                retried.append({"unit": k, "attempt": attempts[k], "why": "its worker process died",
+                                "node": node_of(actor)})
                 _give_up_if(attempts[k], k, unit, e)
                 queue.insert(0, (k, unit))
                 idle.append(spawn())
@@ -192,7 +175,8 @@ def run_pass_on_ray(cfg: RayConfig, prep, o, model_path: str, todo, arrays: dict
                 if isinstance(getattr(e, "cause", None), RmbenchError):
                     raise e.cause from None  # bad input: the same everywhere, no retry
                 attempts[k] += 1
-                retried.append({"unit": k, "attempt": attempts[k], "why": one_line(e, 200, tail=True)})
+                retried.append({"unit": k, "attempt": attempts[k], "why": one_line(e, 200, tail=True),
+                                "node": node_of(actor)})
                 _give_up_if(attempts[k], k, unit, e)
                 queue.insert(0, (k, unit))
                 idle.append(actor)
@@ -200,7 +184,8 @@ def run_pass_on_ray(cfg: RayConfig, prep, o, model_path: str, todo, arrays: dict
             pid, result, note = result
             work[str(pid)] = work.get(str(pid), 0) + len(index)
             unit_workers[str(k)] = str(pid)
-            notes.update(note)
+            unit_nodes[str(k)] = node_of(actor)
+            _merge(notes, note)
             for name, values in result.items():
                 arrays[name][index] = values
             idle.append(actor)
@@ -212,8 +197,24 @@ def run_pass_on_ray(cfg: RayConfig, prep, o, model_path: str, todo, arrays: dict
                 ray.kill(actor)
             except Exception:
                 pass
-    notes.update(retried_units=retried, unit_workers=unit_workers)
+    notes.update(retried_units=retried, unit_workers=unit_workers, unit_nodes=unit_nodes)
     return work, notes
+
+
+# counts a unit's run_batches returns: the pass's is their sum over units
+SUMMED = ("out_of_memory_retries", "out_of_memory_halvings", "prefix_out_of_memory_halvings")
+
+
+def _merge(notes: dict, note: dict) -> None:
+    """A finished unit's notes into the pass's: counts summed; a fallback (the log-prob head or prefix
+    sharing off) kept once any unit took it."""
+    for k, v in note.items():
+        if k in SUMMED:
+            notes[k] = notes.get(k, 0) + v
+        elif k in ("logprob_head", "prefix_sharing") and k in notes and notes[k] != v:
+            notes[k] = v if notes[k] in ("fused", "on") else notes[k]
+        else:
+            notes[k] = v
 
 
 def _give_up_if(attempts: int, k: int, unit, error):

@@ -15,12 +15,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..errors import UsageError
 from ..inputs.batching import make_batches
 from ..inputs.data import Sample, load_dataset
 from ..inputs.prefix import PrefixPlan, default_budget_bytes, kv_bytes_per_token, plan_batches, plan_prefixes
 from ..inputs.templates import ChatFormat
 from ..inputs.tokenize import Encoded, official_tokenizer_class, pack, unpack
-from ..models.device import resolve_device
+from ..models.device import Target, local_target
 from ..models.kinds import detect_mode, is_causal_decoder
 from ..models.loading import load_config, load_tokenizer, tokenizer_folder
 from ..models.precision import Precision
@@ -39,7 +40,9 @@ log = logging.getLogger("rmbench_fast")
 @dataclass
 class Loaded:
     """What a run names, loaded and not yet checked against each other."""
-    device: torch.device
+    target: Target  # where the passes compute (on Ray: what a worker has)
+    logprob_impl: str | UsageError | None  # --logprob-impl as Ray workers resolve it, or why they cannot;
+    # None: resolve it in this process
     samples: list[Sample]
     config: object
     tokenizer_path: str
@@ -52,6 +55,21 @@ class Loaded:
     fmt: ChatFormat
 
 
+def run_target(o: ScoreOptions, reuse: dict | None = None) -> tuple[Target, object]:
+    """Where the run's passes compute, and --logprob-impl as resolved there (None: in this process).
+    On Ray the workers compute: decided from what one of them has, not from this process."""
+    if o.engine != "ray":
+        return local_target(o.device), None
+    from .distributed import RayConfig, probe_workers
+
+    reuse = {} if reuse is None else reuse
+    key = ("ray-target", o.ray_address, o.gpus_per_worker, o.device, o.logprob_impl)
+    if key not in reuse:
+        reuse[key] = probe_workers(RayConfig(o.ray_address, o.num_workers, o.gpus_per_worker), o.device,
+                                   o.logprob_impl)
+    return reuse[key]
+
+
 def load_run(o: ScoreOptions, store: Store, reuse: dict | None = None) -> Loaded:
     """What the run names, loaded. reuse: what earlier runs of this process loaded (a sweep's
     checkpoints share their data, and usually their tokenizer files): the data by selection, a
@@ -59,7 +77,7 @@ def load_run(o: ScoreOptions, store: Store, reuse: dict | None = None) -> Loaded
     from ..adapters import select
 
     reuse = {} if reuse is None else reuse
-    device = resolve_device(o.device)
+    target, logprob_impl = run_target(o, reuse)
     data_key = ("data", str(o.data), tuple(o.domains or ()), o.limit)
     if data_key not in reuse:
         reuse[data_key] = load_dataset(o.data, domains=o.domains, limit=o.limit)
@@ -77,7 +95,7 @@ def load_run(o: ScoreOptions, store: Store, reuse: dict | None = None) -> Loaded
         if ref_dir.is_dir() and any((ref_dir / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
             ref_fp = tokenizer_fingerprint(o.ref_model, store.hashes)
             ref_tokenizer = _tokenizer(o.ref_model, ref_fp, o.trust_remote_code, reuse)
-    return Loaded(device, samples, config, tok_path, tok_fp, tokenizer, adapter, mode, ref_config, ref_tokenizer,
+    return Loaded(target, logprob_impl, samples, config, tok_path, tok_fp, tokenizer, adapter, mode, ref_config, ref_tokenizer,
                   ChatFormat(tokenizer, o.chat_template))
 
 
@@ -94,7 +112,7 @@ class Prepared:
     max_tokens: int  # --max-tokens-per-batch, or the device's default
     plan: PrefixPlan | None  # shared prompt prefixes; then batches hold suffixes
     batch_lengths: np.ndarray  # what the batches were cut from: lengths, less shared prefixes
-    device: torch.device
+    target: Target  # device: what keys and run.json name; compute: where tensors go
     precision: Precision
     tok_key: str | None
     tokenize_s: float
@@ -104,6 +122,10 @@ class Prepared:
     @property
     def dtype(self) -> torch.dtype:
         return self.precision.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.target.device
 
 
 def _tokenizer(path: str, fp: str | None, trust_remote_code: bool, reuse: dict):
@@ -123,9 +145,13 @@ def prepare(o: ScoreOptions, store: Store, reuse: dict | None = None) -> Prepare
     check_run(o, run)
     load_s = time.perf_counter() - t_load
     compat = o.compat == "official"
-    samples, config, tokenizer, tok_path, device, fmt = (run.samples, run.config, run.tokenizer, run.tokenizer_path,
-                                                         run.device, run.fmt)
-    scorer = make_scorer(o, run.mode, run.adapter, config, tokenizer, device, tok_path)
+    samples, config, tokenizer, tok_path, fmt = run.samples, run.config, run.tokenizer, run.tokenizer_path, run.fmt
+    target = run.target
+    device = target.device
+    if isinstance(run.logprob_impl, UsageError) and run.mode == "dpo" and run.adapter is None:
+        raise run.logprob_impl
+    impl = run.logprob_impl if isinstance(run.logprob_impl, str) else None
+    scorer = make_scorer(o, run.mode, run.adapter, config, tokenizer, target.compute, tok_path, impl)
     precision = choose_precision(o, device, scorer.mode, scorer.official_quantized, scorer.official_dtype)
     dtype, scorer.int8 = precision.dtype, precision.int8
     if fmt.departure:
@@ -152,7 +178,7 @@ def prepare(o: ScoreOptions, store: Store, reuse: dict | None = None) -> Prepare
     if o.share_prefix and is_causal_decoder(config):
         limits = np.array([scorer.readout_limit(e) for e in seqs], dtype=np.int64)
         plan = plan_prefixes([e.ids for e in seqs], limits, kv_bytes_per_token(config, dtype),
-                             default_budget_bytes(device, o.prefix_cache_mb))
+                             default_budget_bytes(target.memory, o.prefix_cache_mb))
         plan = plan if plan.saved_tokens() > 0 else None
     if plan is not None:
         batch_lengths = lengths - plan.prefix
@@ -161,4 +187,4 @@ def prepare(o: ScoreOptions, store: Store, reuse: dict | None = None) -> Prepare
         batch_lengths = lengths
         batches = make_batches(lengths, max_tokens, o.max_batch_size)
     return Prepared(samples, scorer, config, tokenizer, fmt, seqs, lengths, batches, max_tokens, plan, batch_lengths,
-                    device, precision, tok_key, tokenize_s, cached is not None, load_s)
+                    target, precision, tok_key, tokenize_s, cached is not None, load_s)

@@ -44,15 +44,16 @@ def run_info(prep, o, passes: dict, store, t_start: float) -> dict:
         "chat_template": prep.fmt.name,
         "chat_template_departs_from_official": prep.fmt.departure,
         "device": str(prep.device),
+        "compute_device": str(prep.target.compute),  # differs from device only for a stand-in GPU
         "dtype": str(prep.dtype).replace("torch.", ""),
         "precision": prep.precision.describe(),
         "models": {role: p.info for role, p in passes.items()},
         "versions": versions(),
         "machine": {"platform": platform.platform(), "python": platform.python_version(),
                     "cpu_threads": torch.get_num_threads(),
-                    "gpu": torch.cuda.get_device_name(prep.device) if prep.device.type == "cuda" else None,
-                    "peak_gpu_gib": (torch.cuda.max_memory_allocated(prep.device) / 2**30
-                                     if prep.device.type == "cuda" else None)},
+                    "gpu": prep.target.gpu,
+                    "peak_gpu_gib": (torch.cuda.max_memory_allocated(prep.target.compute) / 2**30
+                                     if prep.target.compute.type == "cuda" and o.engine != "ray" else None)},
         "n_prompts": len(prep.samples),
         "n_sequences": len(seqs),
         **counts,

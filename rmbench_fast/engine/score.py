@@ -49,16 +49,17 @@ def _local(prep: Prepared, o: ScoreOptions, model_path: str):
 
     def compute(todo, arrays, on_batch):
         t0 = time.perf_counter()
-        model, info = load_for_pass(prep.scorer, model_path, prep.dtype, prep.device, o.trust_remote_code,
+        device = prep.target.compute
+        model, info = load_for_pass(prep.scorer, model_path, prep.dtype, device, o.trust_remote_code,
                                     o.allow_pickle_weights)
         info["load_s"] = time.perf_counter() - t0
         try:
             prefix = None
             if prep.plan is not None:
                 prefix = PrefixKV(model, [e.ids for e in prep.seqs], prep.plan,
-                                  np.concatenate([b.indices for b in todo]), prep.scorer.pad_id, prep.device,
+                                  np.concatenate([b.indices for b in todo]), prep.scorer.pad_id, device,
                                   prep.max_tokens)
-            info.update(run_batches(prep.scorer, model, prep.seqs, todo, arrays, prep.device, prep.batch_lengths,
+            info.update(run_batches(prep.scorer, model, prep.seqs, todo, arrays, device, prep.batch_lengths,
                                     lambda i: sequence_name(prep.samples, i), on_batch, prefix))
             if prefix is not None:
                 info["prefix_sharing"] = prefix.note
@@ -82,7 +83,7 @@ def model_pass(prep: Prepared, o: ScoreOptions, model_path: str, role: str, stor
     key = None
     model_key = fp["sha256"] or fp.get("stat_key")  # stat_key: --no-cache, results kept in memory only
     if model_key and prep.tok_key:
-        key = pass_key(prep.scorer.code_modules(), model_key, prep.tok_key, prep.device, prep.precision.int8,
+        key = pass_key(prep.scorer.code_modules(), model_key, prep.tok_key, prep.target.gpu, prep.precision.int8,
                        prep.plan is not None, str(prep.dtype), prep.device.type, *prep.scorer.pass_key(),
                        prep.max_tokens, o.max_batch_size, *(prep.plan.key() if prep.plan is not None else ()))
     if o.engine == "ray":

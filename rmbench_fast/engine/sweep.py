@@ -123,7 +123,11 @@ def run_sweep(o: ScoreOptions, checkpoints: list[tuple[int | None, str]], output
 
 
 def _checkpoint_task(o: ScoreOptions, store_dir: str) -> dict:
-    """One checkpoint on a Ray worker: the local engine against the shared store."""
+    """One checkpoint on a Ray worker: the local engine against the shared store, on the device the
+    driver decided (o.device) and this worker must have."""
+    from .ray_worker import check_worker_device
+
+    check_worker_device(o.device)
     store = Store(store_dir)
     try:
         run = score(o, store=store)
@@ -136,6 +140,7 @@ def _sweep_on_ray(o: ScoreOptions, checkpoints, subs, out: Path, meta: dict, hoo
     """The reference pass first, spread over every worker; then one task per checkpoint, each running
     the local engine on some worker against the shared result store."""
     from .distributed import RayConfig, run_checkpoints_on_ray
+    from .prepare import run_target
 
     if not o.cache:
         raise UsageError("--engine ray shares work through the result store: drop --no-cache (and put --cache-dir "
@@ -143,15 +148,18 @@ def _sweep_on_ray(o: ScoreOptions, checkpoints, subs, out: Path, meta: dict, hoo
     store = open_store(o)
     cfg = RayConfig(o.ray_address, o.num_workers, o.gpus_per_worker)
     computed = cached = 0
+    reuse = {}
+    target, _ = run_target(o, reuse)  # every task computes there, so every key names it
     try:
         if o.ref_model:
             echo(f"reference {o.ref_model}: one pass over {o.num_workers} workers")
-            prep = prepare(replace(o, model=checkpoints[0][1]), store)
+            prep = prepare(replace(o, model=checkpoints[0][1]), store, reuse)
             ref = model_pass(prep, o, o.ref_model, "ref_model", store, hooks)
             computed += 0 if ref.info["cached"] else 1
     finally:
         store.close()
-    jobs = [(k, replace(o, model=path, output=str(out / sub), engine="local", progress=False))
+    jobs = [(k, replace(o, model=path, output=str(out / sub), engine="local", progress=False,
+                        device=target.device.type))
             for k, ((_, path), sub) in enumerate(zip(checkpoints, subs))]
     rows = {}
     for k, result in run_checkpoints_on_ray(cfg, jobs, str(store.root), _checkpoint_task):

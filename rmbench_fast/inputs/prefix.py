@@ -104,12 +104,12 @@ def kv_bytes_per_token(config, dtype: torch.dtype) -> int:
     return 2 * layers * kv_heads * head_dim * torch.tensor([], dtype=dtype).element_size()
 
 
-def default_budget_bytes(device: torch.device, megabytes: int | None) -> int:
-    """--prefix-cache-mb, else 1 GiB on CPU and a tenth of the GPU's memory."""
+def default_budget_bytes(gpu_memory: int | None, megabytes: int | None) -> int:
+    """--prefix-cache-mb, else a tenth of the GPU's memory (bytes; None on the CPU), else 1 GiB."""
     if megabytes is not None:
         return megabytes << 20
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).total_memory // 10
+    if gpu_memory is not None:
+        return gpu_memory // 10
     return 1 << 30
 
 

@@ -1,6 +1,10 @@
-"""The device and dtype a run computes on: --device and --dtype, else the machine's defaults."""
+"""The device and dtype a run computes on: --device and --dtype, else the machine's defaults, and
+the Target that names it where its passes run (the driver of a Ray run asks a worker for it)."""
 
 from __future__ import annotations
+
+import os
+from dataclasses import dataclass
 
 import torch
 
@@ -21,6 +25,48 @@ def resolve_device(device: str | None) -> torch.device:
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise UsageError(f"--device {device}: CUDA is not available on this machine")
     return dev
+
+
+# A stand-in GPU, for tests and drills on machines without one: in a process whose environment
+# sets RMBENCH_STANDIN_GPU=NAME, "cuda" is a GPU named "stand-in NAME" that computes on the CPU.
+# Keys and run.json name it as such, so its results never pass for a real GPU's.
+STANDIN_ENV = "RMBENCH_STANDIN_GPU"
+STANDIN_MEMORY = 8 << 30
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a run's passes compute. `device` is what store keys and run.json name, `compute` where
+    tensors go (the same device but for a stand-in GPU); `gpu` is the GPU's model and `memory` its
+    bytes (None on the CPU)."""
+    device: torch.device
+    compute: torch.device
+    gpu: str | None = None
+    memory: int | None = None
+
+    def describe(self) -> dict:
+        return {"device": str(self.device), "compute": str(self.compute), "gpu": self.gpu, "memory": self.memory}
+
+
+def local_target(device: str | None) -> Target:
+    """--device in this process (None: its GPU when it has one, else the CPU)."""
+    standin = os.environ.get(STANDIN_ENV)
+    if standin and (device is None or torch.device(device).type == "cuda"):
+        return Target(torch.device(device or "cuda"), torch.device("cpu"), f"stand-in {standin}", STANDIN_MEMORY)
+    dev = resolve_device(device)
+    if dev.type != "cuda":
+        return Target(dev, dev)
+    props = torch.cuda.get_device_properties(dev)
+    return Target(dev, dev, props.name, props.total_memory)
+
+
+def missing_gpu() -> str | None:
+    """Why this process cannot compute on the GPU it was promised (None: it can)."""
+    if torch.cuda.is_available() or os.environ.get(STANDIN_ENV):
+        return None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    build = f"torch {torch.__version__}" + ("" if torch.version.cuda else ", a build without CUDA")
+    return f"no CUDA device visible (CUDA_VISIBLE_DEVICES={visible!r}, {build})"
 
 
 def resolve_dtype(dtype: str | None, device: torch.device) -> torch.dtype:

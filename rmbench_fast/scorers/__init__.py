@@ -23,16 +23,18 @@ def resolve_logprob_impl(impl: str, device) -> str:
         raise UsageError(f"--logprob-impl {impl}: {e}") from None
 
 
-def make_scorer(o, mode: str, adapter, config, tokenizer, device, tokenizer_path: str) -> Scorer:
+def make_scorer(o, mode: str, adapter, config, tokenizer, device, tokenizer_path: str,
+                logprob_impl: str | None = None) -> Scorer:
     """The scorer of a run whose model is known and checked (engine.checks.check_run): an adapter's,
-    else by mode (rm or dpo)."""
+    else by mode (rm or dpo). device: where it computes; logprob_impl: --logprob-impl as resolved
+    where the passes run, when that is not this process (Ray workers); None: resolve it here."""
     if adapter is not None:
         return adapter.make_scorer(o, config, tokenizer, device, tokenizer_path)
     if mode == "rm":
         tok_pad, cfg_pad = official_pad_ids(tokenizer, config)
         label = pick_label(config.num_labels, o.label_index, o.compat == "official")
         return RewardModelScorer(cfg_pad, label, config.num_labels, official_bos(tokenizer), tok_pad)
-    resolved = resolve_logprob_impl(o.logprob_impl, device)
+    resolved = logprob_impl or resolve_logprob_impl(o.logprob_impl, device)
     # the official DPO flow pads with EOS
     return DPOScorer(tokenizer.eos_token_id, o.logprob_impl, None if o.ref_model else (o.ref_free or DEFAULT_REF_FREE),
                      resolved)

@@ -65,14 +65,12 @@ def _optional_version(package: str) -> str | None:
         return None
 
 
-def device_versions(device, int8: bool = False) -> dict:
-    """What a pass's numbers depend on beyond the libraries every key names: the GPU model on CUDA,
-    and for 8-bit weights the libraries that quantize and place them."""
-    import torch
-
+def device_versions(gpu: str | None, int8: bool = False) -> dict:
+    """What a pass's numbers depend on beyond the libraries every key names: the GPU model (None on
+    the CPU), and for 8-bit weights the libraries that quantize and place them."""
     out = {}
-    if getattr(device, "type", None) == "cuda":
-        out["gpu"] = torch.cuda.get_device_name(device)
+    if gpu is not None:
+        out["gpu"] = gpu
     if int8:
         out.update(bitsandbytes=_optional_version("bitsandbytes"), accelerate=_optional_version("accelerate"))
     return out
@@ -83,8 +81,10 @@ def tokenized_key(code_modules: tuple[str, ...], tokenizer_fp: str, *parts) -> s
     return sha256_text("tokenized", code, library_versions(), tokenizer_fp, *parts)
 
 
-def pass_key(code_modules: tuple[str, ...], model_fp: str, tokenized: str, device, int8: bool, prefix: bool,
-             *parts) -> str:
+def pass_key(code_modules: tuple[str, ...], model_fp: str, tokenized: str, gpu: str | None, int8: bool,
+             prefix: bool, *parts) -> str:
+    """gpu: the model of the GPU the pass computes on, as the process computing it names it
+    (models.device.Target.gpu); None on the CPU."""
     roots = {*code_modules, *PASS_ROOTS, *(PREFIX_ROOTS if prefix else ())}
     code = code_fingerprint(tuple(sorted(roots)))
-    return sha256_text("pass", code, library_versions(), device_versions(device, int8), model_fp, tokenized, *parts)
+    return sha256_text("pass", code, library_versions(), device_versions(gpu, int8), model_fp, tokenized, *parts)

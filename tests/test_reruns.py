@@ -3,6 +3,7 @@ resumed after an out-of-memory halving and an interruption counts each sequence 
 drawn again only when their numbers change."""
 
 import re
+from dataclasses import replace
 
 import pytest
 import torch
@@ -91,3 +92,60 @@ def test_pictures_are_drawn_only_when_their_inputs_change(world, tmp_path, monke
     (out / "summary.json").write_text(json.dumps(summary))
     plots.plot_run(out)
     assert drawn == [out / "matrices.png"] and (out / "matrices.png").read_bytes() != before
+
+
+def test_a_finished_run_is_read_back_without_loading_anything(world, tmp_path):
+    """The same command again, in a fresh interpreter: the results come back from the output folder
+    (bit-identical), and neither transformers nor numba is imported, nor the data read."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    args = ["score", "--model", world["policy"], "--ref-model", world["ref"], "--data", world["data"],
+            "--cache-dir", str(tmp_path / "store"), "--output", str(out), "-q"]
+    code = ("import sys; from rmbench_fast.cli.main import main\n"
+            "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+            "print('LOADED', sorted(m for m in ('transformers', 'numba', 'tokenizers') if m in sys.modules))")
+    first = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "'transformers'" in first.stdout.splitlines()[-1]
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    again = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "read back" in again.stdout and again.stdout.splitlines()[-1] == "LOADED []"
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # run.json too: it describes the run that computed
+    assert json.loads(before["run.json"])["stamp"]
+
+
+def test_what_a_finished_run_depends_on_is_checked(world, tmp_path):
+    import json
+    import os
+    import shutil
+
+    import numpy as np
+
+    policy = tmp_path / "policy"
+    shutil.copytree(world["policy"], policy)
+    o = ScoreOptions(model=str(policy), ref_model=world["ref"], data=world["data"], cache_dir=str(tmp_path / "s"),
+                     output=str(tmp_path / "out"), progress=False)
+    first = score(o)
+    assert not first.run.get("reused")
+    again = score(o)
+    assert again.run["reused"] and again.run["passes_computed"] == 0 and again.samples is None
+    np.testing.assert_array_equal(again.chosen, first.chosen)
+    assert again.summary == first.summary
+    # each of these makes the run load, check and look up its passes again (the store still serves them)
+    weights = policy / "model.safetensors"
+    st = weights.stat()
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 1))  # a checkpoint rewritten in place
+    assert not score(o).run.get("reused")
+    assert score(o).run.get("reused")  # ... and stamped again
+    assert not score(replace(o, max_batch_size=3)).run.get("reused")  # an option that changes the batches
+    with open(tmp_path / "out" / "results.json", "a") as f:  # result files edited after the run
+        f.write(" ")
+    run = score(replace(o, max_batch_size=3))
+    assert not run.run.get("reused") and run.run["passes_computed"] == 0  # the passes still come from the store
+    assert json.loads((tmp_path / "out" / "run.json").read_text())["options"]["max_batch_size"] == 3
+    assert score(replace(o, max_batch_size=3)).run.get("reused")  # results.json rewritten, stamped again
+    assert not score(replace(o, max_batch_size=3, overwrite=True)).run.get("reused")

@@ -134,6 +134,9 @@ def _print_run(run, summary, out_dir):
     from ..results.metrics import format_table
 
     click.echo(format_table(summary))
+    if run.get("reused"):
+        return click.echo(f"\nfinished before with the same inputs, options, code and versions: read back from "
+                          f"{out_dir} in {run['wall_s']:.2f} s, nothing recomputed (--overwrite scores it again)")
     speed = f"{run['tokens_per_s']:,.0f} tokens/s" if run["tokens_per_s"] else "all from the result store"
     click.echo(f"\n{run['n_sequences']} sequences, {run['real_tokens']:,} tokens "
                f"(padded/real {run['padding_ratio']:.3f}), {run['passes_computed']} of {run['passes']} model "
@@ -155,9 +158,13 @@ def score(model, output, **kw):
     model passes are kept in the result store, so the same command again recomputes nothing, and
     an interrupted run resumes where it stopped.
     """
-    from ..engine.score import score as run_score
+    from ..engine.finished import finished_run
 
-    result = run_score(score_options(model, output, kw))
+    o = score_options(model, output, kw)
+    result = finished_run(o)  # the same run finished before: read back, without loading anything
+    if result is None:
+        from ..engine.score import score as run_score
+        result = run_score(o)
     _print_run(result.run, result.summary, output)
 
 
@@ -185,8 +192,9 @@ def sweep(models, checkpoints, output, no_plots, **kw):
     from ..results.plots import sweep_table
 
     click.echo("\n" + sweep_table(result["checkpoints"]))
+    back = f" ({n} checkpoints finished before, read back)" if (n := result["checkpoints_read_back"]) else ""
     click.echo(f"\n{result['model_passes_computed']} model passes computed, {result['model_passes_cached']} from "
-               f"the result store; tables in {output}/sweep.csv and {output}/sweep.json")
+               f"the result store{back}; tables in {output}/sweep.csv and {output}/sweep.json")
 
 
 @main.command()

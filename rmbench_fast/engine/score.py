@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import gc
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from ..inputs.data import Sample
 from ..inputs.layout import sequence_name, split_scores
 from ..inputs.prefix import PrefixKV
+from ..models.device import local_target
 from ..results.files import write_results
 from ..results.metrics import summarize
 from ..store.atomic import atomic_write_json
@@ -22,22 +21,15 @@ from ..store.fingerprints import model_fingerprint
 from ..store.keys import pass_key
 from ..store.paths import store_root
 from .checks import check_output
+from .finished import file_hashes, finished_run, run_stamp
 from .options import ScoreOptions
 from .prepare import Prepared, prepare
 from .progress import Progress
 from .report import run_info
+from .result import ScoreRun
 from .runner import load_for_pass, run_batches
 
 __all__ = ["ScoreOptions", "ScoreRun", "open_store", "prepare", "model_pass", "score"]
-
-
-@dataclass
-class ScoreRun:
-    samples: list[Sample]
-    chosen: np.ndarray  # [n_prompts, 3]
-    rejected: np.ndarray
-    summary: dict
-    run: dict = field(default_factory=dict)
 
 
 def open_store(o: ScoreOptions) -> Store:
@@ -99,8 +91,10 @@ def model_pass(prep: Prepared, o: ScoreOptions, model_path: str, role: str, stor
     return result
 
 
-def finish(prep: Prepared, o: ScoreOptions, passes: dict, t_start: float, store: Store) -> ScoreRun:
-    """rewards -> metrics -> results (written when o.output is set)."""
+def finish(prep: Prepared, o: ScoreOptions, passes: dict, t_start: float, store: Store,
+           stamp: str | None = None) -> ScoreRun:
+    """rewards -> metrics -> results (written when o.output is set; run.json last, with the stamp
+    that lets the same run again read them back: engine.finished)."""
     scores = prep.scorer.rewards({role: p.arrays for role, p in passes.items()})
     chosen, rejected = split_scores(scores, len(prep.samples))
     samples = prep.samples
@@ -109,6 +103,7 @@ def finish(prep: Prepared, o: ScoreOptions, passes: dict, t_start: float, store:
     run = run_info(prep, o, passes, store, t_start)
     if o.output:
         write_results(o.output, samples, chosen, rejected, summary)
+        run.update(stamp=stamp, result_files=file_hashes(o.output) if stamp else None)
         atomic_write_json(Path(o.output) / "run.json", run)
     return ScoreRun(samples, chosen, rejected, summary, run)
 
@@ -116,16 +111,24 @@ def finish(prep: Prepared, o: ScoreOptions, passes: dict, t_start: float, store:
 def score(o: ScoreOptions, store: Store | None = None, hooks=None, reuse: dict | None = None) -> ScoreRun:
     """Score every sample of `o.data` with `o.model`; write results when `o.output` is set.
     Finished work comes from the store (o.cache_dir, default ~/.cache/rmbench-fast/store); `reuse`
-    (a dict a caller keeps across runs, as a sweep does) shares loaded data and tokenizers."""
+    (a dict a caller keeps across runs, as a sweep does) shares loaded data and tokenizers. A run
+    already finished in o.output with the same inputs, options, code and versions is read back
+    (engine.finished; its run dict says `reused`)."""
     t_start = time.perf_counter()
+    if o.output:
+        check_output(o)
+    done = finished_run(o) if hooks is None else None
+    if done is not None:
+        return done
     own_store = store is None
     store = store or open_store(o)
     try:
-        if o.output:
-            check_output(o)
+        # stamped before anything is read: an input that changes during the run leaves a stamp that no
+        # longer matches it
+        stamp = run_stamp(o, local_target(o.device)) if o.output and o.engine == "local" else None
         prep = prepare(o, store, reuse)
         passes = {role: model_pass(prep, o, path, role, store, hooks) for role, path in prep.scorer.roles(o)}
-        return finish(prep, o, passes, t_start, store)
+        return finish(prep, o, passes, t_start, store, stamp)
     finally:
         if own_store:
             store.close()

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..store.atomic import atomic_write_json, atomic_write_text
-from ..store.entries import Store
-from .score import ScoreOptions, model_pass, open_store, prepare, score
+from .finished import finished_run
+from .options import ScoreOptions
 
 _STEP = re.compile(r"(?:checkpoint|step|ckpt|iter)[-_]?(\d+)$|(\d+)$", re.IGNORECASE)
 
@@ -96,22 +96,32 @@ def run_sweep(o: ScoreOptions, checkpoints: list[tuple[int | None, str]], output
     subs = _sub_dirs(checkpoints)
     meta = {"options": {k: v for k, v in vars(o).items() if k != "model"}, "n_checkpoints": len(checkpoints),
             "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    reused = 0  # checkpoints finished before, read back from their folders (engine.finished)
     if o.engine == "ray":
         rows, computed, cached = _sweep_on_ray(o, checkpoints, subs, out, meta, hooks, echo)
     else:
-        store = open_store(o)
-        rows, computed, cached = [], 0, 0
+        store = None  # opened (and the scoring code imported) for the first checkpoint not finished before
+        rows, computed, cached, reused = [], 0, 0, 0
         reuse = {}  # the data and tokenizers every checkpoint shares, loaded once
         try:
             for k, ((step, path), sub) in enumerate(zip(checkpoints, subs)):
                 echo(f"[{k + 1}/{len(checkpoints)}] {Path(path).name} (step {step if step is not None else '-'})")
-                run = score(replace(o, model=path, output=str(out / sub)), store=store, hooks=hooks, reuse=reuse)
+                ck = replace(o, model=path, output=str(out / sub))
+                run = finished_run(ck) if hooks is None else None
+                if run is None:
+                    from .score import open_store, score
+
+                    store = store or open_store(o)
+                    run = score(ck, store=store, hooks=hooks, reuse=reuse)
                 computed += run.run["passes_computed"]
                 cached += run.run["passes"] - run.run["passes_computed"]
+                reused += bool(run.run.get("reused"))
                 rows.append(_row(Path(path).name, sub, path, step, run.summary))
-                _write_tables(out, rows, {**meta, "model_passes_computed": computed, "model_passes_cached": cached})
+                _write_tables(out, rows, {**meta, "model_passes_computed": computed, "model_passes_cached": cached,
+                                          "checkpoints_read_back": reused})
         finally:
-            store.close()
+            if store is not None:
+                store.close()
     plots_s = 0.0
     if plots and rows:
         from ..results.plots import plot_run
@@ -119,13 +129,16 @@ def run_sweep(o: ScoreOptions, checkpoints: list[tuple[int | None, str]], output
         t0 = time.perf_counter()
         plot_run(out)  # pictures whose inputs did not change are kept
         plots_s = time.perf_counter() - t0
-    return {"checkpoints": rows, "model_passes_computed": computed, "model_passes_cached": cached, "plots_s": plots_s}
+    return {"checkpoints": rows, "model_passes_computed": computed, "model_passes_cached": cached,
+            "checkpoints_read_back": reused, "plots_s": plots_s}
 
 
 def _checkpoint_task(o: ScoreOptions, store_dir: str) -> dict:
     """One checkpoint on a Ray worker: the local engine against the shared store, on the device the
     driver decided (o.device) and this worker must have."""
+    from ..store.entries import Store
     from .ray_worker import check_worker_device
+    from .score import score
 
     check_worker_device(o.device)
     store = Store(store_dir)
@@ -141,6 +154,7 @@ def _sweep_on_ray(o: ScoreOptions, checkpoints, subs, out: Path, meta: dict, hoo
     the local engine on some worker against the shared result store."""
     from .distributed import RayConfig, run_checkpoints_on_ray
     from .prepare import run_target
+    from .score import model_pass, open_store, prepare
 
     if not o.cache:
         raise UsageError("--engine ray shares work through the result store: drop --no-cache (and put --cache-dir "

@@ -9,7 +9,8 @@ overall = mean of the domain avgs present; top-level hard/normal/easy = means ov
 
 from __future__ import annotations
 
-import numba
+import functools
+
 import numpy as np
 
 from ..errors import ScoreError
@@ -18,8 +19,7 @@ from ..inputs.data import DOMAINS, SCORE_DOMAIN, SCORE_DOMAINS
 N_STYLES = 3
 
 
-@numba.njit(cache=True)
-def _count_wins(chosen, rejected, groups, n_groups):
+def _count_wins_py(chosen, rejected, groups, n_groups):
     """counts[g, i, j] = number of prompts of group g with chosen[p, i] > rejected[p, j].
     Returns the counts and the index of the first non-finite score (-1 when none)."""
     counts = np.zeros((n_groups, 3, 3), dtype=np.int64)
@@ -38,6 +38,15 @@ def _count_wins(chosen, rejected, groups, n_groups):
     return counts, bad
 
 
+@functools.cache
+def _count_wins():
+    """_count_wins_py compiled by numba (imported on first use: a run read back from its files, or
+    a table printed, needs no compiler)."""
+    import numba
+
+    return numba.njit(cache=True)(_count_wins_py)
+
+
 def count_wins(chosen, rejected, groups=None, n_groups: int = 1, names=None) -> np.ndarray:
     """Win counts [n_groups, 3, 3] from two [n_prompts, 3] score arrays. A NaN or infinite score is
     a ScoreError naming the sample (`names[p]` when given)."""
@@ -48,7 +57,7 @@ def count_wins(chosen, rejected, groups=None, n_groups: int = 1, names=None) -> 
     if groups is None:
         groups = np.zeros(len(chosen), dtype=np.int64)
     groups = np.ascontiguousarray(groups, dtype=np.int64)
-    counts, bad = _count_wins(chosen, rejected, groups, n_groups)
+    counts, bad = _count_wins()(chosen, rejected, groups, n_groups)
     if bad >= 0:
         rows = np.flatnonzero(~(np.isfinite(chosen).all(1) & np.isfinite(rejected).all(1)))
         label = [names[r] if names is not None else f"prompt {r}" for r in rows[:10]]

@@ -23,7 +23,7 @@ def tiny_adapters():
     import importlib.util
 
     if "tiny_adapters" not in sys.modules:
-        path = HERE.parents[1] / "rmbench_fast" / "tiny_adapters.py"
+        path = HERE.parents[1] / "rmbench_fast" / "tiny" / "adapters.py"
         spec = importlib.util.spec_from_file_location("tiny_adapters", path)
         sys.modules["tiny_adapters"] = module = importlib.util.module_from_spec(spec)  # dataclasses look it up
         spec.loader.exec_module(module)

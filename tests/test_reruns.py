@@ -149,3 +149,21 @@ def test_what_a_finished_run_depends_on_is_checked(world, tmp_path):
     assert json.loads((tmp_path / "out" / "run.json").read_text())["options"]["max_batch_size"] == 3
     assert score(replace(o, max_batch_size=3)).run.get("reused")  # results.json rewritten, stamped again
     assert not score(replace(o, max_batch_size=3, overwrite=True)).run.get("reused")
+
+
+def test_data_edited_during_a_sweep_is_loaded_again(world, tmp_path):
+    """A sweep keeps its data across checkpoints (reuse); data edited in between is read again, so
+    no checkpoint is stamped (engine.finished) with files it did not score."""
+    import json
+    import shutil
+
+    data = tmp_path / "data.json"
+    shutil.copy(world["data"], data)
+    reuse = {}
+    o = ScoreOptions(model=world["rm"], data=str(data), progress=False, cache_dir=str(tmp_path / "s"))
+    first = score(replace(o, output=str(tmp_path / "a")), reuse=reuse)
+    items = json.loads(data.read_text())
+    items[0]["prompt"] += " (edited)"
+    data.write_text(json.dumps(items))
+    second = score(replace(o, output=str(tmp_path / "b")), reuse=reuse)
+    assert second.samples[0].prompt.endswith("(edited)") and not first.samples[0].prompt.endswith("(edited)")

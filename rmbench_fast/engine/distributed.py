@@ -28,6 +28,7 @@ from ..errors import RmbenchError, UsageError, one_line
 from .ray_worker import Worker, probe
 
 MAX_ATTEMPTS = 3
+PROBE_TIMEOUT_S = 300  # for a worker's resources to be free: a cluster busy with other jobs
 
 
 def _ray():
@@ -63,18 +64,25 @@ def probe_workers(cfg: RayConfig, device: str | None, logprob_impl: str):
     """(Target, resolved --logprob-impl) of the run's workers, asked of one of them. --device, when
     given, must agree with --gpus-per-worker (Ray hands out the GPUs)."""
     wanted = "cuda" if cfg.gpus_per_worker > 0 else "cpu"
-    if device is not None and device.split(":")[0] != wanted:
+    if device is not None and device != wanted:  # an index means nothing here: Ray picks each worker's GPU
         raise UsageError(f"--device {device} with --engine ray: workers compute on "
                          f"{'a GPU' if wanted == 'cuda' else 'the CPU'} (--gpus-per-worker {cfg.gpus_per_worker:g}); "
-                         f"drop --device, or set --gpus-per-worker {'0' if wanted == 'cuda' else '1'}")
+                         f"drop --device (Ray gives each worker its GPU), or set --gpus-per-worker "
+                         f"{'0' if wanted == 'cuda' else '1'}")
     ray = ensure_ray(cfg)
-    offered = ray.cluster_resources().get("GPU", 0)
-    if cfg.gpus_per_worker > offered:
-        raise UsageError(f"--gpus-per-worker {cfg.gpus_per_worker:g}: the Ray cluster offers {offered:g} GPUs "
-                         f"(ray start --num-gpus on its nodes)")
+    if cfg.gpus_per_worker > 0:  # what Ray could never place waits forever: say so now
+        per_node = [n["Resources"].get("GPU", 0) for n in ray.nodes() if n.get("Alive")]
+        total, largest = sum(per_node), max(per_node, default=0)
+        if cfg.gpus_per_worker > largest or cfg.num_workers * cfg.gpus_per_worker > total:
+            raise UsageError(f"--num-workers {cfg.num_workers} x --gpus-per-worker {cfg.gpus_per_worker:g}: the Ray "
+                             f"cluster offers {total:g} GPUs, at most {largest:g} on one node (ray start --num-gpus "
+                             f"on its nodes)")
     task = ray.remote(num_cpus=cfg.cpus_per_worker, num_gpus=cfg.gpus_per_worker, max_retries=0)(probe)
     try:
-        return ray.get(task.remote(wanted, logprob_impl))
+        return ray.get(task.remote(wanted, logprob_impl), timeout=PROBE_TIMEOUT_S)
+    except ray.exceptions.GetTimeoutError:
+        raise RmbenchError(f"no Ray worker with {cfg.cpus_per_worker:g} CPUs and {cfg.gpus_per_worker:g} GPUs "
+                           f"started within {PROBE_TIMEOUT_S} s (is the cluster busy with other work?)") from None
     except ray.exceptions.RayTaskError as e:
         if isinstance(getattr(e, "cause", None), RmbenchError):
             raise e.cause from None
@@ -131,8 +139,8 @@ def run_pass_on_ray(cfg: RayConfig, prep, o, model_path: str, todo, arrays: dict
     def node_of(actor) -> str | None:
         where = nodes.get(actor)
         if where is not None and not isinstance(where, tuple):
-            try:
-                where = nodes[actor] = ray.get(where, timeout=30)
+            try:  # answered long ago by an actor that ran a unit; a dead one fails at once
+                where = nodes[actor] = ray.get(where, timeout=5)
             except Exception:  # never came up, or died before answering
                 return None
         return where[1] if where else None
@@ -156,7 +164,6 @@ def run_pass_on_ray(cfg: RayConfig, prep, o, model_path: str, todo, arrays: dict
                 fut = actor.score_unit.remote([prep.seqs[g] for g in index], local, prep.batch_lengths[index],
                                               [sequence_name(prep.samples, int(g)) for g in index], plan,
                                               prep.max_tokens)
-                node_of(actor)  # where it runs, known before it can die
                 running[fut] = (k, unit, actor, index)
             done, _ = ray.wait(list(running), num_returns=1)
             fut = done[0]

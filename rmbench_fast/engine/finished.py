@@ -25,30 +25,35 @@ from pathlib import Path
 from ..store.code import modules
 
 LIBRARIES = ("torch", "transformers", "tokenizers", "triton", "numpy", "numba", "accelerate", "bitsandbytes",
-             "safetensors")
+             "safetensors", "fschat", "jinja2", "sentencepiece", "protobuf", "tiktoken")
 ENVIRONMENT = ("RMBENCH_STANDIN_GPU", "TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES")
 NOT_STAMPED = ("output", "progress", "overwrite")  # where results go and how a run shows itself
 RESULT_FILES = ("results.json", "summary.json")
 
 
-def _stats(path: Path) -> list | None:
+def stats(path: Path) -> list | None:
     """(relative path, inode, size, mtime, ctime) of `path` and every file under it; None if it is
     not on this disk."""
-    if not path.exists():
+    try:
+        if not path.exists():
+            return None
+        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        out = []
+        for p in files:
+            st = p.stat()
+            out.append([str(p.relative_to(path)) if p != path else p.name, st.st_ino, st.st_size, st.st_mtime_ns,
+                        st.st_ctime_ns])
+    except OSError:  # a file gone or unreadable meanwhile: no stamp, the run takes the full path
         return None
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-    out = []
-    for p in files:
-        st = p.stat()
-        out.append([str(p.relative_to(path)) if p != path else p.name, st.st_ino, st.st_size, st.st_mtime_ns,
-                    st.st_ctime_ns])
     return out
 
 
 def _versions() -> dict:
+    import platform
+
     import rmbench_fast
 
-    out = {"rmbench_fast": rmbench_fast.__version__}
+    out = {"rmbench_fast": rmbench_fast.__version__, "python": platform.python_version()}
     for name in LIBRARIES:
         try:
             out[name] = metadata.version(name)
@@ -76,12 +81,12 @@ def run_stamp(o, target) -> str | None:
         value = getattr(o, name)
         if value is None:
             continue
-        stats = _stats(Path(value))
-        if stats is None:
+        found = stats(Path(value).expanduser())
+        if found is None:
             if name == "chat_template":  # a template by name: the options hold it
                 continue
             return None
-        inputs[name] = [str(Path(value).resolve()), stats]
+        inputs[name] = [str(Path(value).expanduser().resolve()), found]
     options = {k: v for k, v in asdict(o).items() if k not in NOT_STAMPED}
     what = {"inputs": inputs, "options": options, "code": _code(), "versions": _versions(),
             "target": target.describe(), "environment": {k: os.environ.get(k) for k in ENVIRONMENT}}

@@ -7,6 +7,7 @@ format), then check it all at once (engine.checks.check_run), then build the sco
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -78,7 +79,10 @@ def load_run(o: ScoreOptions, store: Store, reuse: dict | None = None) -> Loaded
 
     reuse = {} if reuse is None else reuse
     target, logprob_impl = run_target(o, reuse)
-    data_key = ("data", str(o.data), tuple(o.domains or ()), o.limit)
+    from .finished import stats
+
+    # with the files' stats: data edited during a sweep is loaded again, never stamped as what it was not
+    data_key = ("data", str(o.data), tuple(o.domains or ()), o.limit, json.dumps(stats(Path(o.data).expanduser())))
     if data_key not in reuse:
         reuse[data_key] = load_dataset(o.data, domains=o.domains, limit=o.limit)
     samples = reuse[data_key]

@@ -114,8 +114,10 @@ def run_sweep(o: ScoreOptions, checkpoints: list[tuple[int | None, str]], output
                     store = store or open_store(o)
                     run = score(ck, store=store, hooks=hooks, reuse=reuse)
                 computed += run.run["passes_computed"]
-                cached += run.run["passes"] - run.run["passes_computed"]
-                reused += bool(run.run.get("reused"))
+                if run.run.get("reused"):  # its passes were not looked up at all
+                    reused += 1
+                else:
+                    cached += run.run["passes"] - run.run["passes_computed"]
                 rows.append(_row(Path(path).name, sub, path, step, run.summary))
                 _write_tables(out, rows, {**meta, "model_passes_computed": computed, "model_passes_cached": cached,
                                           "checkpoints_read_back": reused})

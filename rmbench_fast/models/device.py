@@ -51,11 +51,13 @@ class Target:
 def local_target(device: str | None) -> Target:
     """--device in this process (None: its GPU when it has one, else the CPU)."""
     standin = os.environ.get(STANDIN_ENV)
-    if standin and (device is None or torch.device(device).type == "cuda"):
+    if standin and (device is None or device.split(":")[0] == "cuda"):
         return Target(torch.device(device or "cuda"), torch.device("cpu"), f"stand-in {standin}", STANDIN_MEMORY)
     dev = resolve_device(device)
     if dev.type != "cuda":
         return Target(dev, dev)
+    if dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise UsageError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     props = torch.cuda.get_device_properties(dev)
     return Target(dev, dev, props.name, props.total_memory)
 

@@ -92,10 +92,11 @@ class HashCache:
     def file_sha256(self, path: Path) -> str:
         st = path.stat()
         key = str(path.resolve())
-        stamp = [st.st_size, st.st_mtime_ns, TREE_SCHEME]
+        # a file replaced in place with its size and mtime kept still has a new ctime (and mostly inode)
+        stamp = [st.st_size, st.st_mtime_ns, TREE_SCHEME, st.st_ctime_ns, st.st_ino]
         hit = self.entries.get(key)
-        if isinstance(hit, list) and hit[:3] == stamp:
-            return hit[3]
+        if isinstance(hit, list) and hit[:5] == stamp:
+            return hit[5]
         digest = tree_sha256(path, st.st_size)
         self.bytes_hashed += st.st_size
         self.entries[key] = stamp + [digest]

@@ -132,6 +132,22 @@ def make_item(i, domain=None, prompt=None):
     return item
 
 
+def dpo_checkpoints(root, per_domain: int) -> dict:
+    """Under `root`: data.json (`per_domain` items of each domain), two checkpoints of a tiny DPO
+    policy (run/checkpoint-1, -2) and a reference, sharing one tokenizer: what the Ray tests score."""
+    from rmbench_fast.inputs.data import DOMAINS
+    from rmbench_fast.tiny.models import build_model, llama_config, save_model, train_tokenizer
+
+    root = Path(root)
+    data = write_json(root / "data.json", [make_item(i, d) for d in DOMAINS for i in range(per_domain)])
+    tok = train_tokenizer([json.dumps(make_item(i)) for i in range(30)], vocab_size=300)
+    cfg = dict(vocab_size=len(tok), hidden=32, layers=1, heads=4)
+    ckpts = [str(save_model(build_model("lm", llama_config(**cfg), s), tok, root / "run" / f"checkpoint-{s}"))
+             for s in (1, 2)]
+    ref = str(save_model(build_model("lm", llama_config(**cfg), 9), tok, root / "ref"))
+    return {"root": root, "data": str(data), "ckpts": ckpts, "ref": ref}
+
+
 def write_json(path, obj):
     path = Path(path)
     path.write_text(json.dumps(obj))

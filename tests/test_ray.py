@@ -3,7 +3,6 @@ worker killed mid-run does not lose or change anything; the work each worker did
 work done twice fails the tests, and run.json names the redone unit and the process that took it
 over."""
 
-import json
 import os
 from dataclasses import replace
 
@@ -13,13 +12,9 @@ import pytest
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow  # a Ray instance of worker processes
 
-from conftest import make_item  # noqa: E402
+from conftest import dpo_checkpoints  # noqa: E402
 from rmbench_fast.engine.score import ScoreOptions, score  # noqa: E402
 from rmbench_fast.engine.sweep import find_checkpoints, run_sweep  # noqa: E402
-from rmbench_fast.tiny.models import build_model, llama_config, save_model, train_tokenizer  # noqa: E402
-
-DOMAINS = ["chat", "code", "math", "safety-refuse", "safety-response"]
-
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
@@ -27,14 +22,7 @@ def cluster(tmp_path_factory):
     fault = root / "kill-one-worker"
     os.environ["RMBENCH_FAULT_KILL_WORKER"] = str(fault)  # workers inherit it; creating the file arms it
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=100 * 2**20)
-    data = root / "data.json"
-    data.write_text(json.dumps([make_item(i, d) for d in DOMAINS for i in range(3)]))
-    tok = train_tokenizer([json.dumps(make_item(i)) for i in range(30)], vocab_size=300)
-    cfg = dict(vocab_size=len(tok), hidden=32, layers=1, heads=4)
-    ckpts = [str(save_model(build_model("lm", llama_config(**cfg), s), tok, root / "run" / f"checkpoint-{s}"))
-             for s in (1, 2)]
-    ref = str(save_model(build_model("lm", llama_config(**cfg), 9), tok, root / "ref"))
-    yield {"root": root, "data": str(data), "ckpts": ckpts, "ref": ref, "fault": fault}
+    yield {**dpo_checkpoints(root, 3), "fault": fault}
     ray.shutdown()
     os.environ.pop("RMBENCH_FAULT_KILL_WORKER", None)
 

@@ -17,27 +17,16 @@ pytestmark = pytest.mark.slow  # Ray instances of worker processes
 
 import torch  # noqa: E402
 
-from conftest import make_item  # noqa: E402
+from conftest import dpo_checkpoints  # noqa: E402
 from rmbench_fast.errors import UsageError  # noqa: E402
 from rmbench_fast.models.device import STANDIN_ENV  # noqa: E402
 from rmbench_fast.engine.score import ScoreOptions, score  # noqa: E402
 from rmbench_fast.engine.sweep import find_checkpoints, run_sweep  # noqa: E402
-from rmbench_fast.tiny.models import build_model, llama_config, save_model, train_tokenizer  # noqa: E402
-
-DOMAINS = ["chat", "code", "math", "safety-refuse", "safety-response"]
-
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("ray-devices")
-    data = root / "data.json"
-    data.write_text(json.dumps([make_item(i, d) for d in DOMAINS for i in range(2)]))
-    tok = train_tokenizer([json.dumps(make_item(i)) for i in range(30)], vocab_size=300)
-    cfg = dict(vocab_size=len(tok), hidden=32, layers=1, heads=4)
-    ckpts = [str(save_model(build_model("lm", llama_config(**cfg), s), tok, root / "run" / f"checkpoint-{s}"))
-             for s in (1, 2)]
-    ref = str(save_model(build_model("lm", llama_config(**cfg), 9), tok, root / "ref"))
-    return {"data": str(data), "ckpts": ckpts, "ref": ref}
+    return dpo_checkpoints(root, 2)
 
 
 @pytest.fixture

@@ -22,10 +22,8 @@ import pytest
 pytest.importorskip("ray")
 pytestmark = pytest.mark.slow  # a Ray cluster of two nodes and console runs: 80-90 s on 2 cores
 
-from conftest import make_item  # noqa: E402
-from rmbench_fast.tiny.models import build_model, llama_config, save_model, train_tokenizer  # noqa: E402
+from conftest import dpo_checkpoints  # noqa: E402
 
-DOMAINS = ["chat", "code", "math", "safety-refuse", "safety-response"]
 RAY = str(Path(sys.executable).parent / "ray")
 # Every Ray process of the drill, and the console runs joining it: no token authentication (Ray
 # turns it on for a head when ~/.ray/auth_token exists, and a joining node does not pick the token
@@ -163,14 +161,7 @@ class Cluster:
 
 def build_world(root: Path) -> dict:
     """Data, a DPO reference and two checkpoints of a policy."""
-    data = root / "data.json"
-    data.write_text(json.dumps([make_item(i, d) for d in DOMAINS for i in range(3)]))
-    tok = train_tokenizer([json.dumps(make_item(i)) for i in range(30)], vocab_size=300)
-    cfg = dict(vocab_size=len(tok), hidden=32, layers=1, heads=4)
-    ckpts = [str(save_model(build_model("lm", llama_config(**cfg), s), tok, root / "run" / f"checkpoint-{s}"))
-             for s in (1, 2)]
-    ref = str(save_model(build_model("lm", llama_config(**cfg), 9), tok, root / "ref"))
-    return {"root": root, "data": str(data), "ckpts": ckpts, "ref": ref}
+    return dpo_checkpoints(root, 3)
 
 
 def command(name: str, w: dict, out: Path, *args) -> list:

@@ -164,7 +164,7 @@ def score(model, output, **kw):
     result = finished_run(o)  # the same run finished before: read back, without loading anything
     if result is None:
         from ..engine.score import score as run_score
-        result = run_score(o)
+        result = run_score(o, read_back=False)
     _print_run(result.run, result.summary, output)
 
 

@@ -108,16 +108,17 @@ def finish(prep: Prepared, o: ScoreOptions, passes: dict, t_start: float, store:
     return ScoreRun(samples, chosen, rejected, summary, run)
 
 
-def score(o: ScoreOptions, store: Store | None = None, hooks=None, reuse: dict | None = None) -> ScoreRun:
+def score(o: ScoreOptions, store: Store | None = None, hooks=None, reuse: dict | None = None,
+          read_back: bool = True) -> ScoreRun:
     """Score every sample of `o.data` with `o.model`; write results when `o.output` is set.
     Finished work comes from the store (o.cache_dir, default ~/.cache/rmbench-fast/store); `reuse`
     (a dict a caller keeps across runs, as a sweep does) shares loaded data and tokenizers. A run
     already finished in o.output with the same inputs, options, code and versions is read back
-    (engine.finished; its run dict says `reused`)."""
+    (engine.finished; its run dict says `reused`); read_back=False: the caller has just checked."""
     t_start = time.perf_counter()
     if o.output:
         check_output(o)
-    done = finished_run(o) if hooks is None else None
+    done = finished_run(o) if read_back and hooks is None else None
     if done is not None:
         return done
     own_store = store is None

@@ -112,7 +112,7 @@ def run_sweep(o: ScoreOptions, checkpoints: list[tuple[int | None, str]], output
                     from .score import open_store, score
 
                     store = store or open_store(o)
-                    run = score(ck, store=store, hooks=hooks, reuse=reuse)
+                    run = score(ck, store=store, hooks=hooks, reuse=reuse, read_back=False)
                 computed += run.run["passes_computed"]
                 if run.run.get("reused"):  # its passes were not looked up at all
                     reused += 1

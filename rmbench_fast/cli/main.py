@@ -9,8 +9,10 @@ import sys
 import click
 
 from .. import __version__
+from ..engine.runtime import process_age_s
 from ..errors import RmbenchError, UsageError, one_line
 from .cache import cache
+from .data import data
 from .options import score_options, scoring_options
 
 
@@ -82,54 +84,6 @@ def accuracy(results, as_json):
         click.echo(format_table(summary))
 
 
-@main.group()
-def data():
-    """Inspect RM-Bench data: `stats` and `validate`.
-
-    PATH is a folder (its *_filtered.json files, or its total_dataset.json), one .json list or
-    .jsonl file, or a hub dataset id such as THU-KEG/RM-Bench (downloaded when online).
-    """
-
-
-@data.command()
-@click.argument("path")
-@click.option("--domains", multiple=True, help="Only these domains (chat, code, math, safety-refuse, "
-              "safety-response, or safety for both); repeat or separate with commas.")
-@click.option("--limit", type=int, default=None, help="Only the first N prompts of each domain.")
-@click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
-def stats(path, domains, limit, as_json):
-    """Prompts per domain and subset, and length statistics (characters) of prompts and responses."""
-    from ..inputs.data import STYLES, dataset_stats, load_dataset
-    from ..inputs.layout import PER_PROMPT
-
-    st = dataset_stats(load_dataset(path, domains=domains, limit=limit))
-    if as_json:
-        click.echo(json.dumps(st, indent=2))
-        return
-    click.echo(f"{st['n_prompts']} prompts, {PER_PROMPT * st['n_prompts']} responses")
-    for domain, d in st["domains"].items():
-        subsets = ", ".join(f"{k} {v}" for k, v in d["subsets"].items())
-        click.echo(f"\n{domain}: {d['n_prompts']} prompts ({subsets})")
-        click.echo(f"  {'characters':<28}{'mean':>9}{'median':>9}{'p95':>9}{'max':>9}")
-        for key in ["prompt"] + [f"{side}_{s}" for side in ("chosen", "rejected") for s in STYLES]:
-            c = d["chars"][key]
-            click.echo(f"  {key:<28}{c['mean']:>9.0f}{c['median']:>9}{c['p95']:>9}{c['max']:>9}")
-
-
-@data.command()
-@click.argument("path")
-def validate(path):
-    """Check every item of PATH; print a one-line summary, or the first fault (file, item, key)
-    with exit status 2."""
-    from ..inputs.data import load_dataset
-
-    samples = load_dataset(path)
-    per_domain = {}
-    for s in samples:
-        per_domain[s.domain] = per_domain.get(s.domain, 0) + 1
-    click.echo(f"ok: {len(samples)} prompts ({', '.join(f'{d} {n}' for d, n in per_domain.items())})")
-
-
 def _print_run(run, summary, out_dir):
     from ..results.metrics import format_table
 
@@ -160,11 +114,11 @@ def score(model, output, **kw):
     """
     from ..engine.finished import finished_run
 
-    o = score_options(model, output, kw)
+    startup_s, o = process_age_s(), score_options(model, output, kw)  # run.json's timing counts the startup
     result = finished_run(o)  # the same run finished before: read back, without loading anything
     if result is None:
         from ..engine.score import score as run_score
-        result = run_score(o, read_back=False)
+        result = run_score(o, read_back=False, startup_s=startup_s)
     _print_run(result.run, result.summary, output)
 
 
@@ -242,6 +196,7 @@ def bench(args):
 
 
 main.add_command(cache)
+main.add_command(data)
 
 
 @main.command()

@@ -86,7 +86,7 @@ def load_run(o: ScoreOptions, store: Store, reuse: dict | None = None) -> Loaded
     if data_key not in reuse:
         reuse[data_key] = load_dataset(o.data, domains=o.domains, limit=o.limit)
     samples = reuse[data_key]
-    config = load_config(o.model, o.trust_remote_code)
+    config = load_config(o.model, o.trust_remote_code, store)
     tok_path = tokenizer_folder(o.tokenizer or o.model)
     tok_fp = tokenizer_fingerprint(tok_path, store.hashes)
     tokenizer = _tokenizer(tok_path, tok_fp, o.trust_remote_code, reuse)
@@ -94,7 +94,7 @@ def load_run(o: ScoreOptions, store: Store, reuse: dict | None = None) -> Loaded
     mode = "rm" if adapter is not None else detect_mode(config) if o.mode == "auto" else o.mode
     ref_config = ref_tokenizer = None
     if o.ref_model:
-        ref_config = load_config(o.ref_model, o.trust_remote_code)
+        ref_config = load_config(o.ref_model, o.trust_remote_code, store)
         ref_dir = Path(o.ref_model)
         if ref_dir.is_dir() and any((ref_dir / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
             ref_fp = tokenizer_fingerprint(o.ref_model, store.hashes)

@@ -72,3 +72,19 @@ def run_info(prep, o, passes: dict, store, t_start: float) -> dict:
         "tokens_per_s": computed_tokens / score_s if score_s > 0 and computed_tokens else None,
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
+
+
+def timing(run: dict, passes: dict, startup_s: float | None, t_start: float, t_finish: float) -> dict:
+    """Where a run's time went, from the process's start to results written: `fixed_s` is all of it
+    but loading models and their forward passes (what a run costs whatever the model)."""
+    computed = [p.info for p in passes.values() if not p.info["cached"]]
+    model_load = sum(i.get("load_s", 0.0) for i in computed)
+    forward = sum(i.get("batches_s", 0.0) for i in computed)
+    total = (startup_s or 0.0) + time.perf_counter() - t_start
+    return {"startup_s": startup_s,  # the interpreter and imports before the run began (None: unknown)
+            "load_s": run["load_s"], "tokenize_s": run["tokenize_s"],
+            "fingerprint_s": sum(p.info.get("fingerprint_s", 0.0) for p in passes.values()),
+            "model_load_s": model_load, "forward_s": forward,
+            "passes_s": run["score_s"],  # the computed passes: model loading, forwards, their bookkeeping
+            "finish_s": time.perf_counter() - t_finish,  # rewards, metrics and results files
+            "total_s": total, "fixed_s": total - model_load - forward}

@@ -30,3 +30,18 @@ def keep_freed_memory() -> bool:
             libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
     except (OSError, AttributeError):
         return False
+
+
+def process_age_s() -> float | None:
+    """Seconds since this process started (Linux: /proc), so run.json can count the interpreter's
+    start and the imports before a run began; None where /proc is not there."""
+    import os
+
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: starttime
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None

@@ -21,9 +21,44 @@ def check_model_path(path: str, what: str = "model") -> None:
         raise UsageError(f"{what} {path}: no such folder (and not a hub id of the form owner/name)")
 
 
-def load_config(path: str, trust_remote_code: bool):
+def load_config(path: str, trust_remote_code: bool, store=None):
     """A model's config: from its folder, or for a hub id from a snapshot of its small files
-    (hub_snapshot), so that an unreachable hub fails at once with a hint instead of retrying."""
+    (hub_snapshot), so that an unreachable hub fails at once with a hint instead of retrying.
+    store: a result store (store.entries.Store) that keeps a local folder's config attributes, so
+    later runs read them without the config class (models.config_facts)."""
+    if store is not None and store.enabled:
+        return _stored_config(path, trust_remote_code, store)
+    return _load_config(path, trust_remote_code)
+
+
+def _stored_config(path: str, trust_remote_code: bool, store):
+    import json
+
+    import numpy as np
+
+    from ..store.keys import config_key
+    from .config_facts import StoredConfig, facts, storable
+
+    file = Path(path).expanduser() / "config.json"
+    try:
+        data = file.read_bytes()
+        raw = json.loads(data)
+    except (OSError, ValueError):  # a hub id, or a config AutoConfig must report on
+        return _load_config(path, trust_remote_code)
+    if not isinstance(raw, dict) or not storable(raw):
+        return _load_config(path, trust_remote_code)
+    key = config_key(data, trust_remote_code)
+    got = store.get(key)
+    if got is not None:
+        return StoredConfig(json.loads(str(got["facts"])))
+    config = _load_config(path, trust_remote_code)
+    kept = facts(config)
+    if kept is not None:
+        store.put(key, {"facts": np.array(json.dumps(kept))})
+    return config
+
+
+def _load_config(path: str, trust_remote_code: bool):
     from transformers import AutoConfig
 
     check_model_path(path)

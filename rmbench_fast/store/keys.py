@@ -81,6 +81,12 @@ def tokenized_key(code_modules: tuple[str, ...], tokenizer_fp: str, *parts) -> s
     return sha256_text("tokenized", code, library_versions(), tokenizer_fp, *parts)
 
 
+def config_key(config_json: bytes, trust_remote_code: bool) -> str:
+    """A config.json's attributes as the installed transformers's class makes them (models.config_facts)."""
+    code = code_fingerprint(("rmbench_fast.models.config_facts",))
+    return sha256_text("config", code, library_versions(), hashlib.sha256(config_json).hexdigest(), trust_remote_code)
+
+
 def pass_key(code_modules: tuple[str, ...], model_fp: str, tokenized: str, gpu: str | None, int8: bool,
              prefix: bool, *parts) -> str:
     """gpu: the model of the GPU the pass computes on, as the process computing it names it

@@ -1,0 +1,111 @@
+"""A config's attributes kept in the store (models.config_facts) answer every attribute read as the
+config class itself does, for plain, aliased (GPT-2's n_embd) and composite (text_config)
+configs under the installed transformers; a run after the first reads them from the store and
+gives byte-identical results."""
+
+import json
+import math
+
+import pytest
+
+from rmbench_fast.models.config_facts import StoredConfig, facts
+from rmbench_fast.models.loading import load_config
+from rmbench_fast.store.entries import Store
+
+TYPES = ["llama", "gemma", "gemma2", "qwen2", "mistral", "mixtral", "phi3", "gpt2", "gpt_neox", "opt", "bloom",
+         "falcon", "starcoder2", "deberta-v2", "bert", "gemma3", "llava", "qwen2_vl"]
+
+
+def public_attributes(config):
+    """Every public attribute the real config answers, properties included, sub-configs as dicts."""
+    from transformers import PretrainedConfig
+
+    out = {}
+    for name in dir(config):
+        if name.startswith("_"):
+            continue
+        try:
+            value = getattr(config, name)
+        except Exception:  # a property that raises on this config: nothing to answer
+            continue
+        if callable(value) and not isinstance(value, PretrainedConfig):
+            continue
+        out[name] = value.to_dict() if isinstance(value, PretrainedConfig) else value
+    return out
+
+
+def same(a, b):
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+
+
+def saved_config(tmp_path, model_type, **changes):
+    from transformers import CONFIG_MAPPING
+
+    try:
+        config = CONFIG_MAPPING[model_type](**changes)
+    except KeyError:
+        pytest.skip(f"transformers has no {model_type}")
+    folder = tmp_path / model_type
+    config.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("model_type", TYPES)
+def test_stored_config_answers_as_the_class(tmp_path, model_type):
+    from transformers import AutoConfig
+
+    changes = {"num_labels": 1, "pad_token_id": 2} if model_type in ("llama", "gpt2", "deberta-v2") else {}
+    folder = saved_config(tmp_path, model_type, **changes)
+    real = AutoConfig.from_pretrained(folder)
+    kept = facts(real)
+    assert kept is not None
+    stored = StoredConfig(json.loads(json.dumps(kept)))
+    wrong = []
+    for name, value in public_attributes(real).items():
+        if name in ("text_config", "vision_config", "sub_configs") or name.endswith("_config") and isinstance(value, dict):
+            continue  # sub-configs: read through get_text_config, compared below
+        try:
+            got = getattr(stored, name)
+        except AttributeError:
+            if _plain(value):  # what the real config answers with plain JSON, the stored one must too
+                wrong.append(f"{name}: missing")
+            continue
+        if not same(got, value):
+            wrong.append(f"{name}: {got!r} != {value!r}")
+    assert not wrong, wrong
+    text = real.get_text_config()
+    assert same(stored.get_text_config().to_dict(), text.to_dict())
+    for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+                 "pad_token_id", "vocab_size", "max_position_embeddings", "final_logit_softcapping",
+                 "model_type", "architectures"):
+        assert same(getattr(stored.get_text_config(), name, "absent"), getattr(text, name, "absent")), name
+    assert stored.num_labels == real.num_labels
+
+
+def _plain(value) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+def test_a_second_run_reads_the_stored_config(tmp_path):
+    folder = saved_config(tmp_path, "gemma2", pad_token_id=0)
+    store = Store(tmp_path / "store")
+    first = load_config(str(folder), False, store)
+    second = load_config(str(folder), False, store)
+    assert not getattr(first, "stored", False) and second.stored
+    assert second.pad_token_id == first.pad_token_id == 0 and second.final_logit_softcapping == 30.0
+    # config.json edited: the class builds it again
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["pad_token_id"] = 1
+    (folder / "config.json").write_text(json.dumps(cfg))
+    third = load_config(str(folder), False, store)
+    assert not getattr(third, "stored", False) and third.pad_token_id == 1
+    assert load_config(str(folder), False, store).pad_token_id == 1
+    # a config built by the model's own code is never stored
+    cfg["auto_map"] = {"AutoConfig": "configuration_x.XConfig"}
+    assert not __import__("rmbench_fast.models.config_facts", fromlist=["storable"]).storable(cfg)

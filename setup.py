@@ -34,6 +34,9 @@ setup(
         "ray": ["ray>=2.9"],
         "quant": ["bitsandbytes>=0.43"],  # --compat official on CUDA: 8-bit where the official scripts use it
         "fastchat": ["fschat>=0.2.36"],  # every FastChat conversation template name for --chat-template
+        # judge --backend openai: httpx2 (huggingface_hub >= 2 brings it too; httpx also works);
+        # openai, fastapi, uvicorn: what `transformers serve` needs to serve a local judge (and the tests)
+        "judge": ["httpx2>=2.12", "openai>=1.98", "fastapi", "uvicorn"],
     },
     entry_points={"console_scripts": ["rmbench-fast = rmbench_fast.cli.main:entry"]},
 )

@@ -1,0 +1,294 @@
+"""A judge backend for any OpenAI-compatible chat server (vLLM, SGLang, TGI, transformers serve,
+llama.cpp, OpenAI itself): POST {base_url}/chat/completions, `concurrency` requests in flight.
+
+Threading: generate() runs an asyncio loop in a helper thread and calls `on_done` on the thread
+that called generate(), one completion at a time, in the order they finish, so the caller can store
+each at once without locks; a slow on_done never holds up the requests in flight.
+
+Failures: 429, 408, 5xx, refused or dropped connections, timeouts and unreadable answers are
+retried (exponential backoff with jitter, at least the server's Retry-After) up to `max_retries`
+times per request; then the run stops with a BackendError (one line: the URL, the status, the
+server's message). 401/403/404 stop it at once (every request would fail the same way). Any other
+4xx (a prompt past the context length) fails that request alone: a Completion with text None and
+`error` set. The API key goes out in the Authorization header only: never in repr, describe() or a
+message (where a server echoes it, it is blanked).
+
+HTTP: httpx2 (a dependency of huggingface_hub >= 2), else httpx: same API. Measured against the
+`openai` package in benchmarks/judge_client.py: about 3x less client CPU per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import queue
+import random
+import threading
+from typing import Callable
+from urllib.parse import urlsplit, urlunsplit
+
+from ..errors import RmbenchError, UsageError, one_line
+from .requests import Completion, Request
+
+RETRY_STATUS = frozenset({408, 409, 425, 429})  # and every 5xx
+FATAL_STATUS = frozenset({401, 403, 404})  # wrong key, no access, wrong URL or model: no request can work
+RETRY_AFTER_CAP_S = 300.0
+MESSAGE_CHARS = 300
+
+
+class BackendError(RmbenchError):
+    """The server kept failing (after the retries) or refused the whole run."""
+
+
+def _http():
+    """httpx2 (what huggingface_hub >= 2 installs), else httpx: the same API."""
+    try:
+        import httpx2 as http
+    except ImportError:
+        try:
+            import httpx as http
+        except ImportError:
+            raise UsageError("the openai backend needs httpx2 or httpx: pip install 'rmbench-fast[judge]'") from None
+    return http
+
+
+class _Fail(Exception):
+    """One attempt failed: `what` for the message, retryable or not, the server's Retry-After."""
+
+    def __init__(self, what: str, retry: bool = True, retry_after: float | None = None, status: int | None = None):
+        super().__init__(what)
+        self.what, self.retry, self.retry_after, self.status, self.attempts = what, retry, retry_after, status, 1
+
+
+class OpenAIBackend:
+    name = "openai"
+
+    def __init__(self, base_url: str, model: str, api_key_env: str | None = None, concurrency: int = 16,
+                 timeout_s: float = 600.0, max_retries: int = 6, backoff_s: float = 1.0, backoff_max_s: float = 60.0,
+                 extra_body: dict | None = None):
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise UsageError(f"--base-url must look like http://host:port/v1, not {one_line(base_url, 100)!r}")
+        if concurrency < 1 or max_retries < 0 or timeout_s <= 0:
+            raise UsageError("--concurrency must be >= 1, --max-retries >= 0 and --timeout > 0")
+        netloc = parts.hostname + (f":{parts.port}" if parts.port else "")  # never user:password@
+        self.base_url = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+        self._userinfo = (parts.username, parts.password)
+        self.model, self.api_key_env, self.concurrency = model, api_key_env, concurrency
+        self.timeout_s, self.max_retries = timeout_s, max_retries
+        self.backoff_s, self.backoff_max_s = backoff_s, backoff_max_s
+        self.extra_body = dict(extra_body or {})
+        self._key = None
+        if api_key_env:
+            self._key = os.environ.get(api_key_env)
+            if not self._key:
+                raise UsageError(f"--api-key-env {api_key_env}: that environment variable is not set")
+        self._secrets = [s for s in (self._key, *self._userinfo) if s]
+        self._described: dict | None = None
+        _http()  # a missing HTTP stack fails here, in one line
+
+    def __repr__(self) -> str:
+        return f"OpenAIBackend(base_url={self.base_url!r}, model={self.model!r}, concurrency={self.concurrency})"
+
+    # ---- public ----
+    def describe(self) -> dict:
+        """What identifies the judge: backend, URL, model name and what GET {base_url}/models says of
+        the model (id, owned_by, root, max_model_len; None where the server does not list it).
+        `created` is left out: vLLM sets it to the time of the call."""
+        if self._described is None:
+            entry = self._run(lambda deliver: self._models())
+            if entry is not None:
+                entry = {k: entry[k] for k in ("id", "owned_by", "root", "max_model_len") if entry.get(k) is not None}
+            self._described = {"backend": self.name, "base_url": self.base_url, "model": self.model,
+                               "server_model": entry, **({"extra_body": self.extra_body} if self.extra_body else {})}
+        return dict(self._described)
+
+    def generate(self, requests: list[Request], on_done: Callable[[Request, Completion], None]) -> None:
+        """Send every request; on_done(request, completion) on this thread as each finishes. Raises
+        BackendError (after the completions that finished before it were handed over)."""
+        requests = list(requests)
+        if requests:
+            self._run(lambda deliver: self._generate(requests, deliver), on_done)
+
+    # ---- the event loop in a helper thread ----
+    def _run(self, make, on_done=None):
+        """make(deliver) -> coroutine, run on a fresh event loop in a helper thread; what it delivers
+        goes to on_done here, one at a time. Returns the coroutine's result or raises its error."""
+        out: queue.SimpleQueue = queue.SimpleQueue()
+        state: dict = {"ready": threading.Event()}
+
+        def thread():
+            loop = asyncio.new_event_loop()
+            state["task"] = task = loop.create_task(make(out.put))
+            state["loop"] = loop
+            state["ready"].set()
+            try:
+                state["result"] = loop.run_until_complete(task)
+            except BaseException as e:  # noqa: BLE001 - raised again on the caller's thread
+                state["error"] = e
+            finally:
+                loop.close()
+                out.put(None)
+
+        worker = threading.Thread(target=thread, name="openai-backend", daemon=True)
+        worker.start()
+        state["ready"].wait()
+        try:
+            while (item := out.get()) is not None:
+                on_done(*item)
+        finally:
+            if worker.is_alive():  # on_done raised, or KeyboardInterrupt: cancel what is in flight
+                try:
+                    state["loop"].call_soon_threadsafe(state["task"].cancel)
+                except RuntimeError:  # the loop had just finished
+                    pass
+            worker.join()
+        if "error" in state:
+            raise state["error"]
+        return state.get("result")
+
+    def _client(self):
+        http = _http()
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self._key:
+            headers["Authorization"] = f"Bearer {self._key}"
+        auth = tuple(s or "" for s in self._userinfo) if any(self._userinfo) else None
+        return http.AsyncClient(headers=headers, auth=auth,  # trust_env: HTTPS_PROXY, SSL_CERT_FILE as usual
+                                timeout=http.Timeout(self.timeout_s, connect=min(self.timeout_s, 30.0)),
+                                limits=http.Limits(max_connections=self.concurrency,
+                                                   max_keepalive_connections=self.concurrency))
+
+    async def _models(self):
+        async with self._client() as client:
+            try:
+                data, _ = await self._call(client, "GET", self.base_url + "/models", None)
+            except _Fail as e:  # 404: a server without /models still serves
+                if e.status == 404:
+                    return None
+                raise BackendError(f"GET {self.base_url}/models: {e.what}") from None
+        for entry in data.get("data") or [] if isinstance(data, dict) else []:
+            if isinstance(entry, dict) and entry.get("id") == self.model:
+                return entry
+        return None
+
+    async def _generate(self, requests: list[Request], deliver):
+        todo = iter(requests)
+        url = self.base_url + "/chat/completions"
+        async with self._client() as client:
+            async def worker():
+                for req in todo:
+                    deliver((req, await self._complete(client, url, req)))
+
+            tasks = [asyncio.ensure_future(worker()) for _ in range(min(self.concurrency, len(requests)))]
+            try:
+                await asyncio.gather(*tasks)
+            finally:
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _complete(self, client, url: str, req: Request) -> Completion:
+        body = {"model": self.model, "messages": list(req.messages),
+                **{k: v for k, v in req.sampling.as_dict().items() if v is not None}, **self.extra_body}
+        try:
+            (msg, choice, usage), attempts = await self._call(client, "POST", url, json.dumps(body).encode(), _parse)
+        except _Fail as e:  # not retryable: this request alone
+            return Completion(text=None, error=e.what, attempts=e.attempts)
+        return Completion(text=_text(msg.get("content")) or "",
+                          reasoning=_text(msg.get("reasoning_content")) or _text(msg.get("reasoning")),
+                          finish_reason=choice.get("finish_reason"), prompt_tokens=usage.get("prompt_tokens"),
+                          completion_tokens=usage.get("completion_tokens"), attempts=attempts)
+
+    async def _call(self, client, method: str, url: str, payload: bytes | None, parse=lambda data: data):
+        """(parse(JSON answer), attempts) of one call, retried. Raises _Fail for a 4xx that is this
+        request's alone, BackendError when the retries run out or the run cannot go on."""
+        http = _http()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                try:
+                    resp = await client.request(method, url, content=payload)
+                except http.TimeoutException:
+                    raise _Fail(f"no answer within {self.timeout_s:g} s (timeout)") from None
+                except http.TransportError as e:
+                    raise _Fail(f"connection failed ({type(e).__name__}: {e})") from None
+                status = resp.status_code
+                if status == 200:
+                    try:
+                        return parse(json.loads(resp.content)), attempt
+                    except (ValueError, LookupError, TypeError, AttributeError):
+                        raise _Fail(f"HTTP 200 with an unreadable answer: {resp.text}") from None
+                what = f"HTTP {status}: {_server_message(resp)}"
+                if status < 500 and status not in RETRY_STATUS:
+                    raise _Fail(what, retry=False, status=status)
+                raise _Fail(what, retry_after=_retry_after(resp.headers.get("retry-after")), status=status)
+            except _Fail as fail:  # the secrets go before the cut: no prefix of one survives
+                fail.what, fail.attempts = one_line(self._clean(fail.what), MESSAGE_CHARS), attempt
+                if fail.status in FATAL_STATUS and not (fail.status == 404 and method == "GET"):
+                    raise BackendError(f"{method} {url}: {fail.what}") from None
+                if not fail.retry:
+                    raise
+                if attempt > self.max_retries:
+                    raise BackendError(f"{method} {url}: {fail.what} (after {attempt} attempts)") from None
+                await asyncio.sleep(self._delay(attempt, fail.retry_after))
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        """Exponential backoff with jitter (half to all of backoff_s * 2^(attempt-1), capped at
+        backoff_max_s), and never less than the server's Retry-After."""
+        step = min(self.backoff_max_s, self.backoff_s * 2 ** (attempt - 1))
+        delay = random.uniform(step / 2, step)
+        return max(delay, min(retry_after, RETRY_AFTER_CAP_S)) if retry_after is not None else delay
+
+    def _clean(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+
+def _parse(data: dict):
+    """(message, choice, usage) of a chat completion; raises where there is no choices[0].message."""
+    choice = data["choices"][0]
+    if not isinstance(choice["message"], dict):
+        raise TypeError("message")
+    return choice["message"], choice, data.get("usage") or {}
+
+
+def _text(value) -> str | None:
+    """A message field as text: a string, or the text parts of a list of content parts."""
+    if isinstance(value, list):
+        value = "".join(p.get("text") or "" for p in value if isinstance(p, dict)) or None
+    return value if isinstance(value, str) and value else None
+
+
+def _server_message(resp) -> str:
+    """What the server said: error.message / error / detail / message of a JSON body, else its text."""
+    try:
+        data = json.loads(resp.content)
+        if isinstance(data, dict):
+            err = data.get("error", data.get("detail", data.get("message")))
+            if isinstance(err, dict):
+                err = err.get("message", err)
+            if err is not None:
+                return str(err)
+    except ValueError:
+        pass
+    return resp.text or resp.reason_phrase or "(empty body)"
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Retry-After in seconds (a number or an HTTP date), None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    from email.utils import parsedate_to_datetime
+    from datetime import datetime, timezone
+
+    try:
+        return max(0.0, (parsedate_to_datetime(value) - datetime.now(timezone.utc)).total_seconds())
+    except (TypeError, ValueError, IndexError):
+        return None

@@ -1,2 +1,2 @@
-"""The `rmbench-fast` command line: its commands (main), the options score and sweep share, cache, demo.
-May import: errors, store, models, inputs, kernels, scorers, adapters, results, engine, tiny (the demo's models)."""
+"""The `rmbench-fast` command line: its commands (main), the options score and sweep share, cache, data, demo, judge.
+May import: errors, store, models, inputs, kernels, scorers, adapters, results, engine, judges, tiny (the demo's models)."""

@@ -13,6 +13,7 @@ from ..engine.runtime import process_age_s
 from ..errors import RmbenchError, UsageError, one_line
 from .cache import cache
 from .data import data
+from .judge import judge
 from .options import score_options, scoring_options
 
 
@@ -70,14 +71,17 @@ def accuracy(results, as_json):
     scripts. The domain of each item is its `domain` key, else the prefix of an id such as
     "chat/100", else the file name (chat_filtered_*.json), else all items pool into one domain.
 
+    A generative judge's results (`rmbench-fast judge`) hold `cells` instead: per prompt a 3x3
+    matrix of win rates (chosen i against rejected j), summarized by the same formulas.
+
     Prints domains x hard/normal/easy/avg and overall, as percentages (a tie counts as wrong,
     as in the official code).
     """
-    from ..results.files import read_scores
-    from ..results.metrics import format_table, summarize
+    from ..results.files import read_results
+    from ..results.metrics import format_table, summarize, summarize_cells
 
-    chosen, rejected, domains, subsets, names = read_scores(results)
-    summary = summarize(chosen, rejected, domains, subsets, names)
+    kind, *data, domains, subsets, names = read_results(results)
+    summary = (summarize if kind == "scores" else summarize_cells)(*data, domains, subsets, names)
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:
@@ -197,6 +201,7 @@ def bench(args):
 
 main.add_command(cache)
 main.add_command(data)
+main.add_command(judge)
 
 
 @main.command()

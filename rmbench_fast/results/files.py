@@ -2,7 +2,8 @@
 
 The per-sample file is a JSON list: each input item plus `score_chosen: [3 floats]`,
 `score_rejected: [3 floats]` and `domain`. The official scripts write the same shape (with or
-without `domain`), so `read_scores` reads both.
+without `domain`), so `read_scores` reads both. A generative judge's file holds `cells` (3x3 win
+rates) instead of scores; `read_results` reads either kind.
 """
 
 from __future__ import annotations
@@ -38,10 +39,50 @@ def write_results(out_dir, samples, chosen, rejected, summary: dict) -> tuple[Pa
     return results_path, summary_path
 
 
-def read_scores(path):
-    """Read a results file (ours, or the official scripts'). Returns (chosen [n,3], rejected [n,3],
-    domains, subsets, names); where the scores are lists (the official flow keeps a multi-label
-    head's whole logits vector), [n,3,k]. `path` may also be a run folder holding results.json."""
+def cell_items(samples: list[Sample], cells: np.ndarray) -> list[dict]:
+    """A judge's results: each input item plus its domain and `cells` (3x3: cells[i][j] is how far
+    chosen i beat rejected j, the mean verdict over orders and samples)."""
+    out = []
+    for s, c in zip(samples, cells):
+        item = dict(s.item)
+        item["domain"] = s.domain
+        item["cells"] = c.tolist()
+        out.append(item)
+    return out
+
+
+def write_cell_results(out_dir, samples, cells, summary: dict) -> tuple[Path, Path]:
+    out_dir = Path(out_dir)
+    results_path, summary_path = out_dir / "results.json", out_dir / "summary.json"
+    atomic_write_json(results_path, cell_items(samples, cells))
+    atomic_write_json(summary_path, summary)
+    return results_path, summary_path
+
+
+def read_results(path):
+    """A results file of either kind: ("scores", chosen, rejected, domains, subsets, names) as
+    read_scores, or for a judge's ("cells", cells [n,3,3], domains, subsets, names)."""
+    path, items = _read_items(path)
+    if not (isinstance(items[0], dict) and "cells" in items[0]):
+        return ("scores", *read_scores(path))
+    cells, domains, subsets, names = [], [], [], []
+    stem_domain = file_domain(path)
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise DataError(path, "result must be an object", index=i)
+        m = item.get("cells")
+        if not (isinstance(m, list) and len(m) == 3 and all(isinstance(r, list) and len(r) == 3 for r in m)):
+            raise DataError(path, "must be a 3x3 list of numbers (chosen i x rejected j)", index=i, key="cells")
+        row = [[_score(path, i, f"cells[{a}][{b}]", x, False) for b, x in enumerate(r)] for a, r in enumerate(m)]
+        if not all(0 <= x <= 1 for r in row for x in r):
+            raise DataError(path, "a cell is a win rate in [0, 1]", index=i, key="cells")
+        cells.append(row)
+        _names_of(path, i, item, stem_domain, domains, subsets, names)
+    return "cells", np.array(cells, dtype=np.float64), domains, subsets, names
+
+
+def _read_items(path):
+    """(the results file's path, its items): a non-empty JSON list."""
     path = Path(path)
     if path.is_dir():
         if not (path / "results.json").is_file():
@@ -64,6 +105,14 @@ def read_scores(path):
         raise DataError(path, "top level must be a JSON list of results")
     if not items:
         raise DataError(path, "holds an empty list: no results")
+    return path, items
+
+
+def read_scores(path):
+    """Read a results file (ours, or the official scripts'). Returns (chosen [n,3], rejected [n,3],
+    domains, subsets, names); where the scores are lists (the official flow keeps a multi-label
+    head's whole logits vector), [n,3,k]. `path` may also be a run folder holding results.json."""
+    path, items = _read_items(path)
     stem_domain = file_domain(path)
     scores = {"score_chosen": [], "score_rejected": []}
     width = None  # None: plain scores; k: every score a list of k numbers (the official multi-label form)
@@ -87,13 +136,18 @@ def read_scores(path):
                                     f"expected {'a number' if width is None else f'a list of {width}'}", index=i,
                                     key=f"{key}[{j}]")
             out.append(row)
-        domains.append(_result_domain(path, i, item, stem_domain))
-        subset = item.get("subset")
-        subsets.append(subset if isinstance(subset, str) else None)
-        sid = item.get("id", i)
-        names.append(str(sid) if str(sid).startswith(f"{domains[-1]}/") else f"{domains[-1]}/{sid}")
+        _names_of(path, i, item, stem_domain, domains, subsets, names)
     return (np.array(scores["score_chosen"], dtype=np.float64), np.array(scores["score_rejected"], dtype=np.float64),
             domains, subsets, names)
+
+
+def _names_of(path, i, item, stem_domain, domains, subsets, names) -> None:
+    """Append item i's domain, subset and name."""
+    domains.append(_result_domain(path, i, item, stem_domain))
+    subset = item.get("subset")
+    subsets.append(subset if isinstance(subset, str) else None)
+    sid = item.get("id", i)
+    names.append(str(sid) if str(sid).startswith(f"{domains[-1]}/") else f"{domains[-1]}/{sid}")
 
 
 def _score(path, index, key, x, top=True):

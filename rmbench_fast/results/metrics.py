@@ -106,17 +106,51 @@ def summarize(chosen, rejected, domains, subsets=None, names=None) -> dict:
     subset name per prompt; names: how errors name each prompt.
     """
     chosen, rejected = comparable(chosen, rejected)
+    keys, groups, sizes = _groups(domains, subsets)
+    # One pass over the scores accumulates every grouping: file domain x subset.
+    counts = count_wins(chosen, rejected, groups, len(keys), names)
+    return _summary(counts, sizes, keys, list(domains))
+
+
+def summarize_cells(cells, domains, subsets=None, names=None) -> dict:
+    """summarize for cell matrices: cells[p, i, j] in [0, 1] is how far chosen i beat rejected j on
+    prompt p (a generative judge's mean verdict over orders and samples; a scalar model's 0/1 cells
+    give exactly summarize's numbers, as sums of 0/1 are exact)."""
+    cells = np.asarray(cells, dtype=np.float64)
+    if cells.ndim != 3 or cells.shape[1:] != (N_STYLES, N_STYLES):
+        raise ValueError(f"cells must be an [n_prompts, 3, 3] array, got {cells.shape}")
+    bad = np.flatnonzero(~((cells >= 0) & (cells <= 1)).all(axis=(1, 2)))  # NaN fails both
+    if len(bad):
+        label = [names[r] if names is not None else f"prompt {r}" for r in bad[:10]]
+        raise ScoreError(f"{len(bad)} prompt(s) have cells outside [0, 1] or not numbers: {', '.join(label)}")
+    keys, groups, sizes = _groups(domains, subsets)
+    counts = np.zeros((len(keys), N_STYLES, N_STYLES))
+    np.add.at(counts, groups, cells)
+    return _summary(counts, sizes, keys, list(domains))
+
+
+def cells_from_scores(chosen, rejected) -> np.ndarray:
+    """[n, 3, 3] cells of scalar scores: 1 where chosen[p, i] > rejected[p, j] (strict), else 0."""
+    chosen, rejected = comparable(chosen, rejected)
+    return (chosen[:, :, None] > rejected[:, None, :]).astype(np.float64)
+
+
+def _groups(domains, subsets):
+    """The (file domain, subset) groups in table order, each prompt's group, and the groups' sizes."""
     domains = list(domains)
     n = len(domains)
     if n == 0:
         raise ScoreError("no prompts to score")
-    # One pass over the scores accumulates every grouping: file domain x subset.
     subsets = list(subsets) if subsets is not None else [None] * n
     keys = sorted(set(zip(domains, subsets)), key=lambda k: (_order(k[0]), str(k[1])))
     index = {k: g for g, k in enumerate(keys)}
     groups = np.fromiter((index[k] for k in zip(domains, subsets)), dtype=np.int64, count=n)
-    counts = count_wins(chosen, rejected, groups, len(keys), names)
-    sizes = np.bincount(groups, minlength=len(keys))
+    return keys, groups, np.bincount(groups, minlength=len(keys))
+
+
+def _summary(counts, sizes, keys, domains) -> dict:
+    """The summary from per-group sums of wins (counts[g, i, j])."""
+    n = len(domains)
 
     def merge(select):
         sel = [g for g, k in enumerate(keys) if select(k)]

@@ -1,0 +1,99 @@
+"""`rmbench-fast judge`: a generative judge (an LLM that reads two answers and names the better)
+on RM-Bench's 3x3 matrix, on an OpenAI-compatible server or in this process."""
+
+from __future__ import annotations
+
+import click
+
+from ..judges.options import BACKENDS, ORDERS, VERDICTS, JudgeOptions, default
+
+
+@click.command()
+@click.option("--model", required=True, help="The judge: a local folder or hub id (--backend hf), or the model "
+              "name the server serves (--backend openai).")
+@click.option("--data", default=default("data"), show_default=True, help="RM-Bench data: folder, .json/.jsonl "
+              "file, or hub dataset id.")
+@click.option("--output", "-o", default=None, help="Folder for results.json (each prompt's 3x3 cells), "
+              "summary.json, judgements.jsonl (every request and answer) and run.json.")
+@click.option("--backend", type=click.Choice(BACKENDS), default=None,
+              help="openai: any OpenAI-compatible server (vllm serve, SGLang, transformers serve, a hosted API); "
+                   "hf: transformers in this process [default: openai with --base-url, else hf].")
+@click.option("--base-url", default=None, help="The server's API root, e.g. http://localhost:8000/v1.")
+@click.option("--api-key-env", default=None, help="The environment variable holding the server's API key "
+              "(never printed, logged or stored).")
+@click.option("--concurrency", type=int, default=default("concurrency"), show_default=True,
+              help="Requests in flight at once (openai).")
+@click.option("--max-retries", type=int, default=default("max_retries"), show_default=True,
+              help="Retries per request on 429, 5xx, dropped connections and timeouts, with backoff (openai).")
+@click.option("--timeout", "timeout_s", type=float, default=default("timeout_s"), show_default=True,
+              help="Seconds one attempt may take (openai).")
+@click.option("--protocol", default=default("protocol"), show_default=True,
+              help="Template, verdict parser and tie/invalid rules: rmbench (RM-Bench README's template, last "
+                   "\\boxed{A>B}), rewardbench (rewardbench 0.1.4's [[A]]/[[B]]), rm-r1, rm-r1-reasoning, or "
+                   "custom (--template and --verdict-regex).")
+@click.option("--template", default=None, help="A Jinja file over question, answer_a, answer_b (one user "
+              "message; a .json file: a list of {role, content} messages).")
+@click.option("--verdict-regex", default=None, help="A regex whose last match decides, by its group 'verdict' "
+              "(or group 1): A, B, or tie/C/A=B.")
+@click.option("--orders", type=click.Choice(ORDERS), default=default("orders"), show_default=True,
+              help="both: every pair in both A/B orders; random: one order per pair, drawn with --seed.")
+@click.option("--seed", type=int, default=default("seed"), show_default=True,
+              help="Seeds the random orders, sampling and --invalid coin.")
+@click.option("--samples", type=int, default=default("samples"), show_default=True,
+              help="Answers per request (needs --temperature > 0); a cell is the mean over orders and samples.")
+@click.option("--temperature", type=float, default=default("temperature"), show_default=True,
+              help="0: greedy decoding.")
+@click.option("--top-p", type=float, default=default("top_p"), show_default=True)
+@click.option("--max-tokens", type=int, default=default("max_tokens"), show_default=True,
+              help="Tokens one answer may generate (reasoning judges need thousands).")
+@click.option("--tie", type=float, default=None, help="What a tie counts [default: the protocol's rule; "
+              "rmbench 0, as the scalar metric's strict >].")
+@click.option("--invalid", default=None, help="What an answer without a verdict counts: a number in [0, 1] "
+              "or 'coin' (a fair coin from --seed) [default: the protocol's rule; rmbench 0].")
+@click.option("--verdict", type=click.Choice(VERDICTS), default=default("verdict"), show_default=True,
+              help="logits (hf): no decoding; read the two verdict tokens' logits after the protocol's answer "
+                   "prefix; a pair is won when the chosen answer's probability, averaged over orders, exceeds 0.5.")
+@click.option("--limit", type=int, default=None, help="Only the first N prompts of each domain.")
+@click.option("--domains", multiple=True, help="Only these domains (chat, code, math, safety-refuse, "
+              "safety-response, safety); repeat or separate with commas.")
+@click.option("--chat-template", default=None, help="hf: a Jinja chat template file replacing the tokenizer's.")
+@click.option("--dtype", default=None, help="hf: model dtype [default: float32 on CPU, bfloat16 on GPU].")
+@click.option("--device", default=None, help="hf: cpu, cuda, cuda:1, ... [default: cuda when available].")
+@click.option("--max-batch-size", type=int, default=default("max_batch_size"), show_default=True,
+              help="hf: requests per generation batch.")
+@click.option("--max-tokens-per-batch", type=int, default=None, help="hf: rows x (prompt + answer) tokens per batch.")
+@click.option("--trust-remote-code", is_flag=True, help="hf: allow code shipped with the model to run.")
+@click.option("--allow-pickle-weights", is_flag=True, help="hf: load pickle-format weights (.bin).")
+@click.option("--cache-dir", default=None, help="The result store, which keeps every generation as it arrives: "
+              "a rerun asks only for what is missing [default: $RMBENCH_CACHE/store].")
+@click.option("--no-cache", is_flag=True, help="Keep generations in memory only (no resume).")
+@click.option("--overwrite", is_flag=True, help="Replace another run's results in the output folder.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+def judge(no_cache, quiet, domains, **kw):
+    """Judge RM-Bench with a generative model: every (chosen_i, rejected_j) pair of every prompt.
+
+    Per prompt a 3x3 matrix of cells, each the mean over orders and samples of 1 (chosen wins),
+    --tie, 0 (rejected wins) or --invalid; hard/normal/easy, domains and overall follow the same
+    formulas as `score`. Every generation is kept in the result store as it arrives: a killed run
+    resumes without asking anything twice, and a changed --protocol parser, --verdict-regex, --tie
+    or --invalid re-parses the stored answers without generating. `rmbench-fast accuracy` and
+    `rmbench-fast plot` read the output folder as they read a score run's.
+    """
+    from ..judges.run import judge as run_judge
+    from ..results.metrics import format_table
+
+    o = JudgeOptions(**kw, domains=tuple(domains), cache=not no_cache, progress=not quiet)
+    result = run_judge(o)
+    run = result.run
+    click.echo(format_table(result.summary))
+    gen = run["generated"]
+    inv = ", ".join(f"{d} {100 * r:.1f}%" for d, r in run["invalid_rate"].items())
+    pb = run["position_bias"]["first_shown_wins"]
+    agree = run["order_agreement"]["rate"]
+    click.echo(f"\n{run['asks']} verdicts ({run['requests']} requests: {run['from_store']} from the store, "
+               f"{gen['requests']} generated"
+               + (f" at {gen['requests_per_s']:.1f} req/s, {gen['tokens_per_s']:.0f} tokens/s" if gen.get("requests_per_s") else "")
+               + f"); invalid: {inv}; first-shown wins {'-' if pb is None else f'{100 * pb:.1f}%'}, "
+               f"orders agree {'-' if agree is None else f'{100 * agree:.1f}%'}")
+    if o.output:
+        click.echo(f"results: {o.output}/results.json, summary.json, judgements.jsonl, run.json")

@@ -1,0 +1,132 @@
+"""Which questions a judge is asked, and what its verdicts make of the 3x3 matrix.
+
+Every (chosen_i, rejected_j) pair of every prompt, in both A/B orders (or one order drawn per
+pair with the seed), K samples each: an Ask. Asks with identical messages and sampling are one
+request (its key). A verdict gives its ask a value: 1 when the chosen answer wins, 0 when the
+rejected one does, the tie value for a tie, the invalid rule for no verdict (a number, or "coin":
+a fair coin drawn from the seed and the request's key). A prompt's cell (i, j) is the mean of its
+asks' values over orders and samples.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from .requests import Request, Sampling
+
+
+@dataclass(frozen=True)
+class Ask:
+    prompt: int  # index into the run's samples
+    i: int  # chosen style
+    j: int  # rejected style
+    chosen_first: bool  # the chosen answer is shown as A
+    sample: int  # 0..K-1
+    request: Request
+
+    @property
+    def chosen_letter(self) -> str:
+        return "A" if self.chosen_first else "B"
+
+
+def plan(samples, protocol, identity: str, orders: str, seed: int, k: int, sampling: Sampling) -> list[Ask]:
+    """Every ask of the run, in prompt order. identity: the judge model's store identity (keys)."""
+    from ..store.fingerprints import sha256_text
+
+    rng = np.random.default_rng(seed)
+    asks = []
+    for p, s in enumerate(samples):
+        for i in range(3):
+            for j in range(3):
+                firsts = (True, False) if orders == "both" else (bool(rng.random() < 0.5),)
+                for first in firsts:
+                    a, b = (s.chosen[i], s.rejected[j]) if first else (s.rejected[j], s.chosen[i])
+                    messages = tuple(protocol.messages(s.prompt, a, b))
+                    for n in range(k):
+                        smp = sampling if k == 1 and sampling.temperature == 0 else Sampling(
+                            sampling.temperature, sampling.top_p, sampling.max_tokens, seed * 1000 + n)
+                        key = sha256_text("judge", identity, [dict(m) for m in messages], smp.as_dict())
+                        asks.append(Ask(p, i, j, first, n, Request(key, messages, smp)))
+    return asks
+
+
+def unique_requests(asks: list[Ask]) -> list[Request]:
+    """One request per key, in an order that keeps requests sharing a prompt's text next to each
+    other (sorted by their messages): a server's prefix cache then reuses it."""
+    seen = {}
+    for a in asks:
+        seen.setdefault(a.request.key, a.request)
+    return sorted(seen.values(), key=lambda r: [m["content"] for m in r.messages])
+
+
+def shared_prefix_chars(requests: list[Request]) -> tuple[int, int]:
+    """(characters of the prompts, of which a prefix cache could reuse): each request's longest
+    common prefix with the one sent before it."""
+    total = reuse = 0
+    prev = ""
+    for r in requests:
+        text = "\x00".join(f"{m['role']}\x01{m['content']}" for m in r.messages)
+        total += len(text)
+        n = min(len(text), len(prev))
+        k = next((t for t in range(n) if text[t] != prev[t]), n)
+        reuse += k
+        prev = text
+    return total, reuse
+
+
+def coin(seed: int, key: str) -> float:
+    return float(hashlib.sha256(f"{seed}:{key}".encode()).digest()[0] & 1)
+
+
+def value(ask: Ask, winner: str | None, tie: float, invalid, seed: int) -> float:
+    """What one verdict gives its ask: 1 chosen wins, 0 rejected wins, tie, invalid rule."""
+    if winner in ("A", "B"):
+        return 1.0 if winner == ask.chosen_letter else 0.0
+    if winner == "tie":
+        return tie
+    return coin(seed, ask.request.key) if invalid == "coin" else float(invalid)
+
+
+def cells(asks: list[Ask], values: np.ndarray, n_prompts: int) -> np.ndarray:
+    """[n_prompts, 3, 3]: each cell the mean of its asks' values."""
+    total = np.zeros((n_prompts, 3, 3))
+    count = np.zeros((n_prompts, 3, 3))
+    idx = (np.array([a.prompt for a in asks]), np.array([a.i for a in asks]), np.array([a.j for a in asks]))
+    np.add.at(total, idx, values)
+    np.add.at(count, idx, 1.0)
+    return total / count
+
+
+def stats(asks: list[Ask], winners: list, domains: list[str]) -> dict:
+    """Invalid rate per domain, position bias (how often the answer shown first wins, of the
+    verdicts that pick one) and order agreement (of pairs asked in both orders with both verdicts
+    valid: how often both name the same answer the winner, or both a tie)."""
+    from ..inputs.data import SCORE_DOMAIN
+
+    per = {}
+    for a, w in zip(asks, winners):
+        d = SCORE_DOMAIN.get(domains[a.prompt], domains[a.prompt])
+        n, bad = per.get(d, (0, 0))
+        per[d] = (n + 1, bad + (w is None))
+    picked = [w for w in winners if w in ("A", "B")]
+    pairs = {}
+    for a, w in zip(asks, winners):
+        pairs.setdefault((a.prompt, a.i, a.j, a.sample), {})[a.chosen_first] = w
+    both = [(o[True], o[False]) for o in pairs.values() if len(o) == 2 and None not in o.values()]
+
+    def outcome(w, chosen_first):
+        return "tie" if w == "tie" else ("chosen" if (w == "A") == chosen_first else "rejected")
+
+    agree = sum(outcome(x, True) == outcome(y, False) for x, y in both)
+    return {
+        "verdicts": len(winners),
+        "invalid": sum(w is None for w in winners),
+        "ties": sum(w == "tie" for w in winners),
+        "invalid_rate": {d: bad / n for d, (n, bad) in per.items()},
+        "position_bias": {"first_shown_wins": sum(w == "A" for w in picked) / len(picked) if picked else None,
+                          "verdicts": len(picked)},
+        "order_agreement": {"rate": agree / len(both) if both else None, "pairs": len(both)},
+    }

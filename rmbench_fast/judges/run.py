@@ -1,0 +1,199 @@
+"""A generative judge on RM-Bench: data -> asks (judges.plan) -> generations (a backend, through the
+journal) -> verdicts (the protocol's parser) -> cells -> the summary -> results, judgements.jsonl
+and run.json."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import UsageError
+from ..inputs.data import load_dataset
+from ..results.files import write_cell_results
+from ..results.metrics import summarize_cells
+from ..store.atomic import atomic_open, atomic_write_json
+from ..store.entries import Store
+from ..store.fingerprints import sha256_text
+from ..store.paths import store_root
+from . import plan as planning
+from .journal import Journal
+from .options import JudgeOptions, check, invalid_rule
+from .protocols import get_protocol
+from .requests import Sampling
+
+log = logging.getLogger("rmbench_fast")
+# options that decide a judge run's numbers: an output folder holding results of other values is
+# another run's
+JUDGED_OPTIONS = ("model", "data", "backend", "base_url", "protocol", "template", "verdict_regex", "orders", "seed",
+                  "samples", "temperature", "top_p", "max_tokens", "tie", "invalid", "verdict", "limit", "domains",
+                  "chat_template", "dtype")
+
+
+@dataclass
+class JudgeRun:
+    samples: list
+    cells: np.ndarray
+    summary: dict
+    run: dict
+
+
+def check_output(o: JudgeOptions) -> None:
+    out = Path(o.output)
+    if o.overwrite or not ((out / "run.json").exists() or (out / "results.json").exists()):
+        return
+    try:
+        before = json.loads((out / "run.json").read_text())["options"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise UsageError(f"--output {o.output}: holds results.json of an unknown run; pass --overwrite to replace it") from None
+    now = asdict(o)
+    changed = [k for k in JUDGED_OPTIONS if json.dumps(before.get(k)) != json.dumps(now.get(k))]
+    if changed:
+        raise UsageError(f"--output {o.output}: holds another run's results (different {', '.join(changed)}); "
+                         "pass --overwrite to replace them, or choose another folder")
+
+
+def hf_identity(o: JudgeOptions, store: Store) -> dict:
+    """What decides an in-process judge's generations: its weights, tokenizer files and chat
+    template, dtype and device, and the libraries (store.keys)."""
+    from ..models.device import local_target, resolve_dtype
+    from ..store.fingerprints import model_fingerprint, tokenizer_fingerprint
+    from ..store.keys import device_versions, library_versions
+
+    target = local_target(o.device)
+    fp = model_fingerprint(o.model, store.hashes, content=True)
+    template = Path(o.chat_template).read_text(encoding="utf-8") if o.chat_template else None
+    return {"backend": "hf", "weights": fp.get("sha256") or o.model,
+            "tokenizer": tokenizer_fingerprint(o.model, store.hashes),
+            "chat_template": None if template is None else sha256_text(template),
+            "dtype": str(resolve_dtype(o.dtype, target.device)), "device": target.device.type,
+            "versions": {**library_versions(), **device_versions(target.gpu)}}
+
+
+def make_backend(o: JudgeOptions):
+    if o.kind == "openai":
+        from .openai_backend import OpenAIBackend
+
+        return OpenAIBackend(o.base_url, o.model, o.api_key_env, o.concurrency, o.timeout_s, o.max_retries)
+    from .hf_backend import HFBackend
+
+    template = Path(o.chat_template).read_text(encoding="utf-8") if o.chat_template else None
+    return HFBackend(o.model, o.device, o.dtype, o.max_batch_size, o.max_tokens_per_batch, o.trust_remote_code,
+                     o.allow_pickle_weights, template)
+
+
+def generate(todo, journal: Journal, backend, progress: bool) -> dict:
+    """Ask `backend` for every request of `todo`, each completion into the journal as it arrives."""
+    from tqdm import tqdm
+
+    t0 = time.perf_counter()
+    tokens = failed = 0
+    bar = tqdm(total=len(todo), unit="req", desc="judging", disable=not progress, dynamic_ncols=True)
+
+    def on_done(request, completion):
+        nonlocal tokens, failed
+        journal.add(request.key, completion)
+        tokens += completion.completion_tokens or 0
+        failed += completion.text is None
+        bar.update(1)
+        dt = max(time.perf_counter() - t0, 1e-9)
+        bar.set_postfix_str(f"{bar.n / dt:.1f} req/s, {tokens / dt:.0f} tok/s", refresh=False)
+
+    try:
+        backend.generate(todo, on_done)
+    finally:
+        bar.close()
+        journal.close()
+    wall = time.perf_counter() - t0
+    return {"requests": len(todo), "failed": failed, "completion_tokens": tokens, "wall_s": wall,
+            "requests_per_s": len(todo) / wall if wall > 0 and todo else None,
+            "tokens_per_s": tokens / wall if wall > 0 and todo else None}
+
+
+def judge(o: JudgeOptions) -> JudgeRun:
+    """Judge every (chosen_i, rejected_j) pair of `o.data` with `o.model`; write results when
+    `o.output` is set. Finished generations come from the journal in the result store."""
+    t_start = time.perf_counter()
+    check(o)
+    protocol = get_protocol(o.protocol, o.template, o.verdict_regex)
+    tie = protocol.tie if o.tie is None else o.tie
+    invalid = invalid_rule(o.invalid, protocol.invalid)
+    if o.output:
+        check_output(o)
+    samples = load_dataset(o.data, domains=o.domains, limit=o.limit)
+    store = Store(store_root(o.cache_dir) if o.cache else None)
+    if o.verdict == "logits":
+        from .logits import judge_logits
+
+        return judge_logits(o, protocol, samples, store, tie, invalid, t_start)
+    backend = make_backend(o) if o.kind == "openai" else None  # hf: loaded only when there is work
+    identity = backend.describe() if backend is not None else hf_identity(o, store)
+    if backend is not None:
+        log.warning("judge %s at %s: remote weights cannot be fingerprinted; its generations are kept under the "
+                    "server's URL, model name and what the server reports", o.model, o.base_url)
+    key = sha256_text(identity)
+    asks = planning.plan(samples, protocol, key, o.orders, o.seed, o.samples,
+                         Sampling(o.temperature, o.top_p, o.max_tokens))
+    requests = planning.unique_requests(asks)
+    journal = Journal(store.root, key)
+    todo = [r for r in requests if r.key not in journal.done]
+    gen = {"requests": 0}
+    if todo:
+        gen = generate(todo, journal, backend or make_backend(o), o.progress)
+    winners, values, verdicts = [], np.zeros(len(asks)), []
+    for n, a in enumerate(asks):
+        c = journal.done.get(a.request.key)
+        v = protocol.parse(c.text if c is not None else None)
+        verdicts.append(v)
+        winners.append(v.winner)
+        values[n] = planning.value(a, v.winner, tie, invalid, o.seed)
+    cells = planning.cells(asks, values, len(samples))
+    domains = [s.domain for s in samples]
+    summary = summarize_cells(cells, domains, [s.subset for s in samples], [s.name for s in samples])
+    chars, reusable = planning.shared_prefix_chars(requests)
+    run = {
+        "options": asdict(o), "kind": "judge", "protocol": protocol.describe(), "tie": tie, "invalid": invalid,
+        "judge": identity, "judge_key": key, "n_prompts": len(samples), "asks": len(asks),
+        "requests": len(requests), "from_store": len(requests) - len(todo),
+        "journal": {"path": str(journal.path) if journal.path else None, "cut_lines_skipped": journal.cut_lines},
+        "generated": gen, **planning.stats(asks, winners, domains),
+        "tokens": _tokens(journal, requests),
+        "prefix_cache": {"prompt_chars": chars, "reusable_prompt_chars": reusable,
+                         "reusable_prompt_tokens": _reusable_tokens(journal, requests, chars, reusable)},
+        "wall_s": time.perf_counter() - t_start, "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    if o.output:
+        write_cell_results(o.output, samples, cells, summary)
+        write_judgements(Path(o.output) / "judgements.jsonl", samples, asks, journal, verdicts, values)
+        atomic_write_json(Path(o.output) / "run.json", run)
+    return JudgeRun(samples, cells, summary, run)
+
+
+def _tokens(journal: Journal, requests) -> dict:
+    done = [journal.done[r.key] for r in requests if r.key in journal.done]
+    return {"prompt": sum(c.prompt_tokens or 0 for c in done), "completion": sum(c.completion_tokens or 0 for c in done),
+            "finished_by_length": sum(c.finish_reason == "length" for c in done)}
+
+
+def _reusable_tokens(journal, requests, chars, reusable) -> int | None:
+    """The prompt tokens a prefix cache could reuse, estimated from the reusable characters and the
+    prompt tokens the backend counted (None when it counted none)."""
+    prompt = _tokens(journal, requests)["prompt"]
+    return round(prompt * reusable / chars) if prompt and chars else None
+
+
+def write_judgements(path: Path, samples, asks, journal: Journal, verdicts, values) -> None:
+    """Every ask of the run: where it belongs, what was sent, what came back and what it counted as."""
+    with atomic_open(path, "w") as f:
+        for a, v, x in zip(asks, verdicts, values):
+            c = journal.done.get(a.request.key)
+            rec = {"prompt": samples[a.prompt].name, "domain": samples[a.prompt].domain, "chosen": a.i,
+                   "rejected": a.j, "order": "chosen_first" if a.chosen_first else "rejected_first",
+                   "sample": a.sample, "key": a.request.key, "messages": list(a.request.messages),
+                   "sampling": a.request.sampling.as_dict(), **(c.as_dict() if c is not None else {"text": None}),
+                   "verdict": v.winner, "strength": v.strength, "why": v.why, "value": float(x)}
+            f.write(json.dumps(rec, ensure_ascii=False) + "\n")

@@ -1,0 +1,185 @@
+"""`rmbench-fast judge` end to end against a real local HTTP server (tests/judge_server.py) whose
+judge follows a known rule: the cells, the summary and run.json's statistics against the same rule
+computed here independently of the project; a run killed with SIGKILL and resumed asks nothing
+twice; a changed parser, tie or invalid rule re-parses and generates nothing."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from rmbench_fast.inputs.data import load_dataset
+from rmbench_fast.judges.options import JudgeOptions
+from rmbench_fast.judges.run import judge
+
+judge_server = pytest.importorskip("judge_server")
+pytest.importorskip("httpx2", reason="the openai backend needs httpx2 (pip install -e '.[judge]')")
+
+A = re.compile(r"<\|The Start of Assistant A's Answer\|>\n(.*)\n<\|The End of Assistant A's Answer\|>", re.S)
+B = re.compile(r"<\|The Start of Assistant B's Answer\|>\n(.*)\n<\|The End of Assistant B's Answer\|>", re.S)
+
+
+def rule(a: str, b: str):
+    """The test judge: the longer answer wins, equal lengths tie, and when the two lengths sum to a
+    multiple of 5 it gives no verdict."""
+    if (len(a) + len(b)) % 5 == 0:
+        return None
+    return "A" if len(a) > len(b) else "B" if len(b) > len(a) else "tie"
+
+
+def reply(messages):
+    text = messages[-1]["content"]
+    a, b = A.search(text).group(1), B.search(text).group(1)
+    w = rule(a, b)
+    # a verdict quoted in the reasoning before the final one: the last \boxed decides
+    pre = "<think>Maybe \\boxed{B>>A}? No, let me compare.</think>\n"
+    if w is None:
+        return "<think>Let me compare.</think>\nBoth are fine, I cannot decide."
+    return pre + "Final verdict: " + {"A": "\\boxed{A>B}", "B": "\\boxed{B>>A}", "tie": "\\boxed{A=B}"}[w]
+
+
+def expected_cells(samples, tie, invalid):
+    """Each cell: the mean over both orders of the rule's verdict for chosen i against rejected j."""
+    out = np.zeros((len(samples), 3, 3))
+    for p, s in enumerate(samples):
+        for i in range(3):
+            for j in range(3):
+                vals = []
+                for a, b, chosen in ((s.chosen[i], s.rejected[j], "A"), (s.rejected[j], s.chosen[i], "B")):
+                    w = rule(a, b)
+                    vals.append(invalid if w is None else tie if w == "tie" else float(w == chosen))
+                out[p, i, j] = np.mean(vals)
+    return out
+
+
+def official_summary(cells, domains):
+    """hard / normal / easy / avg per domain (safety pooled) and overall, as the formulas read."""
+    pooled = {"safety-refuse": "safety", "safety-response": "safety"}
+    out = {}
+    for d in ("chat", "math", "code", "safety"):
+        sel = [p for p, dom in enumerate(domains) if pooled.get(dom, dom) == d]
+        if not sel:
+            continue
+        m = cells[sel].mean(axis=0)
+        hard, normal, easy = m[np.triu_indices(3, 1)].mean(), np.diag(m).mean(), m[np.tril_indices(3, -1)].mean()
+        out[d] = (hard, normal, easy, (hard + normal + easy) / 3)
+    return out, np.mean([v[3] for v in out.values()])
+
+
+@pytest.fixture
+def server():
+    s = judge_server.start_thread(reply=reply)
+    yield s
+    s.stop()
+
+
+def options(server, data, out, cache, **kw):
+    return JudgeOptions(model="judge-test", data=data, output=str(out), base_url=server.url, cache_dir=str(cache),
+                        limit=2, progress=False, **kw)
+
+
+def test_cells_and_summary_follow_the_rule(server, data_path, tmp_path):
+    run = judge(options(server, data_path, tmp_path / "out", tmp_path / "store"))
+    samples = load_dataset(data_path, limit=2)
+    want = expected_cells(samples, tie=0.0, invalid=0.0)  # the rmbench preset: tie 0, invalid 0
+    assert np.array_equal(run.cells, want)
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert np.array_equal(np.array([r["cells"] for r in results]), want)
+    doms, overall = official_summary(want, [s.domain for s in samples])
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    for d, (hard, normal, easy, avg) in doms.items():
+        got = summary["domains"][d]
+        assert np.allclose([got["hard"], got["normal"], got["easy"], got["avg"]], [hard, normal, easy, avg], atol=1e-12)
+    assert summary["overall"] == pytest.approx(overall, abs=1e-12)
+    # run.json: every pair in both orders, each request once; the statistics from the rule
+    r = json.loads((tmp_path / "out" / "run.json").read_text())
+    n = len(samples) * 18
+    assert r["asks"] == n and r["generated"]["requests"] == r["requests"] and r["from_store"] == 0
+    verdicts = [rule(a, b) for s in samples for i in range(3) for j in range(3)
+                for a, b in ((s.chosen[i], s.rejected[j]), (s.rejected[j], s.chosen[i]))]
+    assert r["invalid"] == sum(v is None for v in verdicts)
+    picked = [v for v in verdicts if v in ("A", "B")]
+    assert r["position_bias"]["first_shown_wins"] == pytest.approx(sum(v == "A" for v in picked) / len(picked))
+    assert r["order_agreement"]["rate"] == 1.0  # the rule does not look at positions
+    lines = (tmp_path / "out" / "judgements.jsonl").read_text().splitlines()
+    assert len(lines) == n
+    first = json.loads(lines[0])
+    assert first["text"].startswith("<think>") and first["verdict"] in ("A", "B", "tie", None)
+    assert set(first) >= {"messages", "text", "reasoning", "finish_reason", "prompt_tokens", "completion_tokens",
+                          "verdict", "strength", "value", "order"}
+    # `accuracy` reads the cell results as it reads scores
+    from click.testing import CliRunner
+
+    from rmbench_fast.cli.main import main
+
+    out = CliRunner().invoke(main, ["accuracy", str(tmp_path / "out"), "--json"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["overall"] == summary["overall"]
+
+
+def test_rules_reparse_without_generating(server, data_path, tmp_path):
+    judge(options(server, data_path, tmp_path / "a", tmp_path / "store"))
+    sent = server.total
+    run = judge(options(server, data_path, tmp_path / "b", tmp_path / "store", tie=0.5, invalid="0.5"))
+    assert server.total == sent and run.run["from_store"] == run.run["requests"]
+    samples = load_dataset(data_path, limit=2)
+    assert np.array_equal(run.cells, expected_cells(samples, tie=0.5, invalid=0.5))
+    coin = judge(options(server, data_path, tmp_path / "c", tmp_path / "store", invalid="coin", seed=3))
+    again = judge(options(server, data_path, tmp_path / "d", tmp_path / "store", invalid="coin", seed=3))
+    assert server.total == sent and np.array_equal(coin.cells, again.cells)
+    # a regex that reads only "significantly better" verdicts: its last match is B>>A (the final verdict, or
+    # the one quoted in every answer's reasoning), so B always wins, where the rule gave any verdict
+    strict = judge(options(server, data_path, tmp_path / "e", tmp_path / "store",
+                           verdict_regex=r"\\boxed\{(?P<verdict>[AB])>>[AB]\}"))
+    assert server.total == sent
+    assert strict.run["invalid"] == run.run["invalid"] and strict.run["ties"] == 0
+    assert strict.run["position_bias"]["first_shown_wins"] == 0.0
+
+
+def test_random_orders_are_seeded(server, data_path, tmp_path):
+    one = judge(options(server, data_path, tmp_path / "a", tmp_path / "store", orders="random", seed=1))
+    assert one.run["asks"] == one.run["n_prompts"] * 9
+    two = judge(options(server, data_path, tmp_path / "b", tmp_path / "store", orders="random", seed=1))
+    assert np.array_equal(one.cells, two.cells) and two.run["from_store"] == two.run["requests"]
+    lines = [json.loads(x) for x in (tmp_path / "a" / "judgements.jsonl").read_text().splitlines()]
+    orders = {x["order"] for x in lines}
+    assert orders == {"chosen_first", "rejected_first"}
+
+
+def run_requests(tmp_path, data_path) -> int:
+    return len(load_dataset(data_path, limit=2)) * 18  # distinct here: no two pairs hold the same texts
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_asks_nothing_twice(data_path, tmp_path):
+    """The CLI killed mid-run: the rerun sends only what the first did not finish."""
+    slow = judge_server.start_thread(reply=lambda m: (time.sleep(0.05), reply(m))[1])
+    try:
+        cmd = [sys.executable, "-m", "rmbench_fast", "judge", "--model", "judge-test", "--base-url", slow.url,
+               "--data", data_path, "--limit", "2", "--output", str(tmp_path / "out"), "--cache-dir",
+               str(tmp_path / "store"), "--concurrency", "4", "-q"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.time() + 60
+        while slow.total < 40 and time.time() < deadline:
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        journal = next((tmp_path / "store" / "judgements").glob("*.jsonl"))
+        kept = len([x for x in journal.read_text().splitlines() if x.strip()])
+        assert 0 < kept < run_requests(tmp_path, data_path)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        run = json.loads((tmp_path / "out" / "run.json").read_text())
+        assert run["from_store"] == kept
+        assert run["generated"]["requests"] == run["requests"] - kept
+        # sent twice: only what was in flight when the first run died (at most --concurrency)
+        assert sum(slow.attempts.values()) - len(slow.attempts) <= 4
+        assert len(slow.attempts) == run["requests"]  # every request asked, the finished ones once
+    finally:
+        slow.stop()

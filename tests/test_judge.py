@@ -183,3 +183,32 @@ def test_sigkill_then_resume_asks_nothing_twice(data_path, tmp_path):
         assert len(slow.attempts) == run["requests"]  # every request asked, the finished ones once
     finally:
         slow.stop()
+
+
+def test_hf_backend_through_the_command_line(tmp_path, data_path):
+    """A tiny in-process judge: its answers are noise (all invalid, so every cell is the invalid value),
+    but the pipeline runs end to end, keys its generations by the weights and a rerun loads nothing."""
+    from click.testing import CliRunner
+
+    from rmbench_fast.cli.main import main
+    from rmbench_fast.tiny.models import CHAT_TEMPLATE, build_model, llama_config, save_model, train_tokenizer
+
+    tok = train_tokenizer(["a judge reads two answers"] * 5, vocab_size=300, chat_template=CHAT_TEMPLATE)
+    model = save_model(build_model("lm", llama_config(vocab_size=len(tok), hidden=32, layers=1, heads=4), 0), tok,
+                       tmp_path / "judge")
+    args = ["judge", "--model", str(model), "--data", data_path, "--limit", "1", "--domains", "chat",
+            "--max-tokens", "3", "--cache-dir", str(tmp_path / "store"), "--invalid", "0.25", "-q"]
+    first = CliRunner().invoke(main, args + ["--output", str(tmp_path / "a")])
+    assert first.exit_code == 0, first.output
+    run = json.loads((tmp_path / "a" / "run.json").read_text())
+    assert run["judge"]["backend"] == "hf" and len(run["judge"]["weights"]) == 64
+    assert run["generated"]["requests"] == run["requests"] == 18 and run["tokens"]["completion"] > 0
+    cells = np.array([r["cells"] for r in json.loads((tmp_path / "a" / "results.json").read_text())])
+    assert cells.shape == (1, 3, 3) and run["invalid"] == 18 and np.all(cells == 0.25)
+    again = CliRunner().invoke(main, args + ["--output", str(tmp_path / "b")])
+    assert again.exit_code == 0, again.output
+    run = json.loads((tmp_path / "b" / "run.json").read_text())
+    assert run["from_store"] == 18 and run["generated"]["requests"] == 0
+    plotted = CliRunner().invoke(main, ["plot", str(tmp_path / "b")])
+    assert plotted.exit_code == 0, plotted.output
+    assert (tmp_path / "b" / "report.md").is_file()

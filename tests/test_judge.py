@@ -212,3 +212,48 @@ def test_hf_backend_through_the_command_line(tmp_path, data_path):
     plotted = CliRunner().invoke(main, ["plot", str(tmp_path / "b")])
     assert plotted.exit_code == 0, plotted.output
     assert (tmp_path / "b" / "report.md").is_file()
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_logit_verdicts_against_a_plain_forward(tmp_path, data_path, share):
+    """--verdict logits: each ask's prompt plus the answer prefix, the verdict letters' logits at the
+    last position; against a plain whole-model forward and a softmax over the two, written here."""
+    import torch
+
+    from rmbench_fast.judges.protocols import get_protocol
+    from rmbench_fast.tiny.models import CHAT_TEMPLATE, build_model, llama_config, save_model, train_tokenizer
+
+    samples = load_dataset(data_path, limit=1, domains=("chat", "math"))
+    texts = [s.prompt for s in samples] + [r for s in samples for r in s.chosen + s.rejected]
+    tok = train_tokenizer(texts + ["\\boxed{A>B} [[B]]"], vocab_size=400, chat_template=CHAT_TEMPLATE)
+    model = build_model("lm", llama_config(vocab_size=len(tok), hidden=32, layers=2, heads=4), 3)
+    path = save_model(model, tok, tmp_path / "judge")
+    o = JudgeOptions(model=str(path), data=data_path, domains=("chat", "math"), limit=1, verdict="logits",
+                     output=str(tmp_path / "out"), cache_dir=str(tmp_path / "store"), share_prefix=share,
+                     max_tokens_per_batch=4096, progress=False)
+    run = judge(o)
+    protocol = get_protocol("rmbench")
+    model.eval()
+    a_id, b_id = tok.convert_tokens_to_ids("A"), tok.convert_tokens_to_ids("B")
+    want = np.zeros((len(samples), 3, 3))
+    probs = []
+    for p, s in enumerate(samples):
+        for i in range(3):
+            for j in range(3):
+                ps = []
+                for first in (True, False):
+                    a, b = (s.chosen[i], s.rejected[j]) if first else (s.rejected[j], s.chosen[i])
+                    text = tok.apply_chat_template(protocol.messages(s.prompt, a, b), tokenize=False,
+                                                   add_generation_prompt=True) + "\\boxed{"
+                    ids = tok(text, add_special_tokens=False)["input_ids"]
+                    with torch.no_grad():
+                        last = model(torch.tensor([ids])).logits[0, -1].double()
+                    p_a = torch.softmax(last[[a_id, b_id]], 0)[0].item()
+                    ps.append(p_a if first else 1 - p_a)
+                    probs.append(ps[-1])
+                want[p, i, j] = float(np.mean(ps) > 0.5)
+    assert run.run["verdict_tokens"] == {"A": a_id, "B": b_id}
+    assert np.array_equal(run.cells, want)
+    lines = [json.loads(x) for x in (tmp_path / "out" / "judgements.jsonl").read_text().splitlines()]
+    assert np.allclose([x["p_chosen"] for x in lines], probs, atol=1e-5)
+    assert run.run["pass"]["cached"] is False and (run.run["tokens"]["shared_prefix_saved"] > 0) == share

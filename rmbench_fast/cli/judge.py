@@ -53,6 +53,15 @@ from ..judges.options import BACKENDS, ORDERS, VERDICTS, JudgeOptions, default
 @click.option("--verdict", type=click.Choice(VERDICTS), default=default("verdict"), show_default=True,
               help="logits (hf): no decoding; read the two verdict tokens' logits after the protocol's answer "
                    "prefix; a pair is won when the chosen answer's probability, averaged over orders, exceeds 0.5.")
+@click.option("--share-prefix/--no-share-prefix", default=False, show_default=True,
+              help="--verdict logits: run each prompt's shared text (template and question) once.")
+@click.option("--engine", type=click.Choice(("local", "ray")), default="local", show_default=True,
+              help="--verdict logits: ray spreads the pass over Ray workers.")
+@click.option("--ray-address", default=None, help="--verdict logits: the Ray cluster to join.")
+@click.option("--num-workers", type=int, default=default("num_workers"), show_default=True,
+              help="--verdict logits: Ray workers.")
+@click.option("--gpus-per-worker", type=float, default=default("gpus_per_worker"), show_default=True,
+              help="--verdict logits: GPUs per Ray worker.")
 @click.option("--limit", type=int, default=None, help="Only the first N prompts of each domain.")
 @click.option("--domains", multiple=True, help="Only these domains (chat, code, math, safety-refuse, "
               "safety-response, safety); repeat or separate with commas.")
@@ -86,6 +95,12 @@ def judge(no_cache, quiet, domains, **kw):
     result = run_judge(o)
     run = result.run
     click.echo(format_table(result.summary))
+    if run.get("verdict") == "logits":
+        pb = run["position_bias"]["first_shown_wins"]
+        speed = f"{run['tokens_per_s']:,.0f} tokens/s" if run["tokens_per_s"] else "from the result store"
+        click.echo(f"\n{run['asks']} logit verdicts, {run['tokens']['prompt']:,} prompt tokens ({speed}); "
+                   f"first-shown wins {'-' if pb is None else f'{100 * pb:.1f}%'}")
+        return
     gen = run["generated"]
     inv = ", ".join(f"{d} {100 * r:.1f}%" for d, r in run["invalid_rate"].items())
     pb = run["position_bias"]["first_shown_wins"]

@@ -121,7 +121,6 @@ def ray_compute(cfg: RayConfig, prep, o, model_path: str):
 def run_pass_on_ray(cfg: RayConfig, prep, o, model_path: str, todo, arrays: dict, on_batch) -> tuple[dict, dict]:
     """Returns the sequences each worker process scored ({pid: count}: their sum is the pass's
     sequences when no finished work was redone) and what the scorer noted for run.json."""
-    from ..inputs.layout import sequence_name
 
     ray = ensure_ray(cfg)
     worker_cls = ray.remote(num_cpus=cfg.cpus_per_worker, num_gpus=cfg.gpus_per_worker, max_restarts=0,
@@ -162,7 +161,7 @@ def run_pass_on_ray(cfg: RayConfig, prep, o, model_path: str, todo, arrays: dict
                 plan = None if prep.plan is None else (prep.plan.prefix[index], prep.plan.group[index],
                                                        prep.plan.wave[index])
                 fut = actor.score_unit.remote([prep.seqs[g] for g in index], local, prep.batch_lengths[index],
-                                              [sequence_name(prep.samples, int(g)) for g in index], plan,
+                                              [prep.name(int(g)) for g in index], plan,
                                               prep.max_tokens)
                 running[fut] = (k, unit, actor, index)
             done, _ = ray.wait(list(running), num_returns=1)

@@ -122,6 +122,12 @@ class Prepared:
     tokenize_s: float
     tokenize_cached: bool
     load_s: float = 0.0  # load_run and check_run: data, configs, tokenizers, what each model is
+    names: object = None  # how errors name sequence i (a callable); None: layout.sequence_name
+
+    def name(self, i: int) -> str:
+        from ..inputs.layout import sequence_name
+
+        return self.names(i) if self.names is not None else sequence_name(self.samples, i)
 
     @property
     def dtype(self) -> torch.dtype:

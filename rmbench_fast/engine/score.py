@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..inputs.layout import sequence_name, split_scores
+from ..inputs.layout import split_scores
 from ..inputs.prefix import PrefixKV
 from ..models.device import local_target
 from ..results.files import write_results
@@ -52,7 +52,7 @@ def _local(prep: Prepared, o: ScoreOptions, model_path: str):
                                   np.concatenate([b.indices for b in todo]), prep.scorer.pad_id, device,
                                   prep.max_tokens)
             info.update(run_batches(prep.scorer, model, prep.seqs, todo, arrays, device, prep.batch_lengths,
-                                    lambda i: sequence_name(prep.samples, i), on_batch, prefix))
+                                    prep.name, on_batch, prefix))
             if prefix is not None:
                 info["prefix_sharing"] = prefix.note
                 info["prefix_out_of_memory_halvings"] = prefix.oom_halvings

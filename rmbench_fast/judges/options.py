@@ -44,6 +44,12 @@ class JudgeOptions:
     max_tokens_per_batch: int | None = None
     trust_remote_code: bool = False
     allow_pickle_weights: bool = False
+    # --verdict logits runs through the scalar engine: these are its options (engine.options)
+    share_prefix: bool = False
+    engine: str = "local"
+    ray_address: str | None = None
+    num_workers: int = 2
+    gpus_per_worker: float = 0.0
     cache: bool = True
     cache_dir: str | None = None
     overwrite: bool = False
@@ -84,6 +90,9 @@ def check(o: JudgeOptions) -> None:
         raise UsageError(f"--verdict {o.verdict}: expected one of {', '.join(VERDICTS)}")
     if o.verdict == "logits" and o.kind != "hf":
         raise UsageError("--verdict logits reads the judge's own logits: it needs --backend hf (a model in this process)")
+    if o.verdict != "logits" and (o.share_prefix or o.engine != "local"):
+        raise UsageError("--share-prefix and --engine ray are for --verdict logits (which runs through the scoring "
+                         "engine); generation batches on its own backend")
     if o.samples < 1:
         raise UsageError("--samples must be at least 1")
     if o.samples > 1 and o.temperature == 0 and o.verdict == "text":

@@ -129,7 +129,7 @@ def judge(o: JudgeOptions) -> JudgeRun:
     if o.verdict == "logits":
         from .logits import judge_logits
 
-        return judge_logits(o, protocol, samples, store, tie, invalid, t_start)
+        return JudgeRun(samples, *judge_logits(o, protocol, samples, store, t_start))
     backend = make_backend(o) if o.kind == "openai" else None  # hf: loaded only when there is work
     identity = backend.describe() if backend is not None else hf_identity(o, store)
     if backend is not None:

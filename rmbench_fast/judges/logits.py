@@ -1,0 +1,145 @@
+"""Logit verdicts (`judge --verdict logits`): no decoding. Each ask's prompt is prefilled up to the
+protocol's forced answer prefix (rmbench: "\\boxed{"), and the verdict is read from the next
+position's logits of the two verdict tokens (scorers.verdict: two rows of the LM head). Per order,
+the chosen answer's probability over the two; a pair is won (cell 1, else 0) when its mean over
+the orders asked exceeds 0.5.
+
+The asks go through the scalar engine as sequences: length-bucketed batches, the result store
+(a pass is keyed by the weights and every prompt's tokens), Ray, and --share-prefix, where the
+sequences of one prompt share the template and question.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from ..engine.options import DEFAULT_MAX_TOKENS, ScoreOptions
+from ..engine.prepare import Prepared, run_target
+from ..engine.score import model_pass
+from ..errors import UsageError
+from ..inputs.batching import make_batches
+from ..inputs.prefix import default_budget_bytes, kv_bytes_per_token, plan_batches, plan_prefixes
+from ..inputs.tokenize import Encoded
+from ..models.kinds import is_causal_decoder
+from ..models.loading import load_config, load_tokenizer
+from ..models.precision import choose as choose_precision
+from ..results.files import write_cell_results
+from ..results.metrics import summarize_cells
+from ..scorers.verdict import VerdictScorer, verdict_probs
+from ..store.atomic import atomic_open, atomic_write_json
+from ..store.fingerprints import sha256_text, tokenizer_fingerprint
+from . import plan as planning
+from .requests import Sampling
+
+
+def score_options(o) -> ScoreOptions:
+    """The engine's options for a judge run's logit pass."""
+    return ScoreOptions(model=o.model, data=o.data, dtype=o.dtype, device=o.device,
+                        max_tokens_per_batch=o.max_tokens_per_batch, max_batch_size=o.max_batch_size,
+                        trust_remote_code=o.trust_remote_code, share_prefix=o.share_prefix, cache=o.cache,
+                        cache_dir=o.cache_dir, engine=o.engine, ray_address=o.ray_address,
+                        num_workers=o.num_workers, gpus_per_worker=o.gpus_per_worker,
+                        allow_pickle_weights=o.allow_pickle_weights, progress=o.progress, mode="dpo")
+
+
+def verdict_tokens(tokenizer, text: str, letters) -> tuple[int, int]:
+    """The token ids the two verdict letters get right after `text` (a prompt ending in the answer
+    prefix); each letter must be one token that leaves the prompt's tokens as they are."""
+    base = tokenizer(text, add_special_tokens=False)["input_ids"]
+    out = []
+    for letter in letters:
+        ids = tokenizer(text + letter, add_special_tokens=False)["input_ids"]
+        if ids[:len(base)] != base or len(ids) != len(base) + 1:
+            raise UsageError(f"--verdict logits: after the answer prefix, {letter!r} is not one token of its own for "
+                             "this tokenizer (it merges with the prefix); use --verdict text")
+        out.append(ids[-1])
+    if out[0] == out[1]:
+        raise UsageError(f"--verdict logits: the verdict letters {letters} are the same token")
+    return out[0], out[1]
+
+
+def _ask_name(samples, a) -> str:
+    order = "chosen first" if a.chosen_first else "rejected first"
+    return f"sample {samples[a.prompt].name}, chosen {a.i} against rejected {a.j}, {order}"
+
+
+def judge_logits(o, protocol, samples, store, t_start):
+    """(cells, summary, run.json's dict), results written when o.output is set."""
+    if not protocol.answer_prefix:
+        raise UsageError(f"--verdict logits: protocol {protocol.name} has no answer prefix to prefill (the text "
+                         "an answer starts with just before its verdict); use --verdict text")
+    so = score_options(o)
+    tokenizer = load_tokenizer(o.model, o.trust_remote_code)
+    template = Path(o.chat_template).read_text(encoding="utf-8") if o.chat_template else None
+    if template is None and not getattr(tokenizer, "chat_template", None):
+        raise UsageError(f"judge model {o.model}: its tokenizer has no chat template; pass --chat-template FILE")
+    t0 = time.perf_counter()
+    tok_fp = tokenizer_fingerprint(o.model, store.hashes)
+    key = sha256_text("judge-logits", tok_fp or o.model, template, protocol.answer_prefix)
+    asks = planning.plan(samples, protocol, key, o.orders, o.seed, 1, Sampling())
+    texts = [tokenizer.apply_chat_template([dict(m) for m in a.request.messages], chat_template=template,
+                                           tokenize=False, add_generation_prompt=True) + protocol.answer_prefix
+             for a in asks]
+    tokens = verdict_tokens(tokenizer, texts[0], protocol.verdict_strings)
+    seqs = [Encoded(ids, len(ids)) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    tokenize_s = time.perf_counter() - t0
+    target, _ = run_target(so)
+    config = load_config(o.model, o.trust_remote_code, store)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    scorer = VerdictScorer(pad, tokens)
+    precision = choose_precision(so, target.device, "dpo", False)
+    lengths = np.array([len(e.ids) for e in seqs], dtype=np.int64)
+    max_tokens = o.max_tokens_per_batch or DEFAULT_MAX_TOKENS.get(target.device.type, DEFAULT_MAX_TOKENS["cuda"])
+    per_prompt = 18 if o.orders == "both" else 9
+    prefix_plan, batch_lengths = None, lengths
+    if o.share_prefix and is_causal_decoder(config):
+        limits = np.array([scorer.readout_limit(e) for e in seqs], dtype=np.int64)
+        prefix_plan = plan_prefixes([e.ids for e in seqs], limits, kv_bytes_per_token(config, precision.dtype),
+                                    default_budget_bytes(target.memory, None), group_size=per_prompt)
+        prefix_plan = prefix_plan if prefix_plan.saved_tokens() > 0 else None
+    if prefix_plan is not None:
+        batch_lengths = lengths - prefix_plan.prefix
+        batches = plan_batches(lengths, prefix_plan, max_tokens, o.max_batch_size)
+    else:
+        batches = make_batches(lengths, max_tokens, o.max_batch_size)
+    tok_key = sha256_text("judge-logits-inputs", key, [e.ids for e in seqs], tokens)
+    prep = Prepared(samples, scorer, config, tokenizer, None, seqs, lengths, batches, max_tokens, prefix_plan,
+                    batch_lengths, target, precision, tok_key, tokenize_s, False,
+                    names=lambda i: _ask_name(samples, asks[i]))
+    result = model_pass(prep, so, o.model, "model", store)
+    logits2 = result.arrays["verdict_logits"]
+    p_a = verdict_probs(logits2)
+    p_chosen = np.where([a.chosen_first for a in asks], p_a, 1.0 - p_a)
+    mean = planning.cells(asks, p_chosen, len(samples))  # the chosen answer's mean probability per pair
+    cells = (mean > 0.5).astype(np.float64)
+    domains = [s.domain for s in samples]
+    summary = summarize_cells(cells, domains, [s.subset for s in samples], [s.name for s in samples])
+    winners = ["A" if p > 0.5 else "B" if p < 0.5 else "tie" for p in p_a]
+    info = result.info
+    run = {
+        "options": asdict(o), "kind": "judge", "verdict": "logits", "protocol": protocol.describe(),
+        "verdict_tokens": {protocol.verdict_strings[0]: tokens[0], protocol.verdict_strings[1]: tokens[1]},
+        "judge": {"backend": "hf", "weights": info.get("sha256"), "tokenizer": tok_fp}, "n_prompts": len(samples),
+        "asks": len(asks), "pass": info, **planning.stats(asks, winners, domains),
+        "tokens": {"prompt": int(lengths.sum()), "shared_prefix_saved": prefix_plan.saved_tokens() if prefix_plan else 0},
+        "device": str(target.device), "dtype": str(precision.dtype).removeprefix("torch."),
+        "tokens_per_s": float(lengths.sum()) / info["seconds"] if not info.get("cached") and info["seconds"] else None,
+        "wall_s": time.perf_counter() - t_start, "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    if o.output:
+        write_cell_results(o.output, samples, cells, summary)
+        with atomic_open(Path(o.output) / "judgements.jsonl", "w") as f:
+            import json
+
+            for a, x, p in zip(asks, logits2, p_chosen):
+                f.write(json.dumps({"prompt": samples[a.prompt].name, "domain": samples[a.prompt].domain,
+                                    "chosen": a.i, "rejected": a.j,
+                                    "order": "chosen_first" if a.chosen_first else "rejected_first",
+                                    "messages": list(a.request.messages), "verdict_logits": x.tolist(),
+                                    "p_chosen": float(p)}, ensure_ascii=False) + "\n")
+        atomic_write_json(Path(o.output) / "run.json", run)
+    return cells, summary, run

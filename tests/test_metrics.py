@@ -93,3 +93,29 @@ def test_score_vectors_compare_as_lists_and_nan_is_an_error():
     chosen[7, 1, 0] = np.nan
     with pytest.raises(ScoreError, match="not finite"):
         summarize(chosen, rejected, domains)
+
+
+def test_cells_of_scalar_scores_give_the_same_summary():
+    """A scalar model's 0/1 cells, summarized as a judge's, give exactly summarize's numbers (ties
+    and multi-label lists included), so one set of formulas serves both."""
+    import json
+
+    from rmbench_fast.results.metrics import cells_from_scores, summarize, summarize_cells
+
+    rng = np.random.default_rng(0)
+    n = 57
+    domains = [["chat", "code", "math", "safety-refuse", "safety-response"][i % 5] for i in range(n)]
+    subsets = [f"s{i % 3}" for i in range(n)]
+    for chosen, rejected in [(rng.normal(size=(n, 3)), rng.normal(size=(n, 3))),
+                             (rng.integers(0, 3, (n, 3)).astype(float), rng.integers(0, 3, (n, 3)).astype(float)),
+                             (rng.integers(0, 2, (n, 3, 2)).astype(float), rng.integers(0, 2, (n, 3, 2)).astype(float))]:
+        a = summarize(chosen, rejected, domains, subsets)
+        b = summarize_cells(cells_from_scores(chosen, rejected), domains, subsets)
+        assert json.dumps(a) == json.dumps(b)
+    # fractional cells: the mean per cell, as the formulas read
+    cells = rng.uniform(size=(n, 3, 3))
+    s = summarize_cells(cells, ["chat"] * n)
+    assert s["domains"]["chat"]["hard"] == pytest.approx(cells[:, [0, 0, 1], [1, 2, 2]].mean())
+    assert s["domains"]["chat"]["normal"] == pytest.approx(cells[:, [0, 1, 2], [0, 1, 2]].mean())
+    with pytest.raises(Exception, match="outside"):
+        summarize_cells(cells * 2, ["chat"] * n)

@@ -95,7 +95,9 @@ def check(o: JudgeOptions) -> None:
                          "engine); generation batches on its own backend")
     if o.samples < 1:
         raise UsageError("--samples must be at least 1")
-    if o.samples > 1 and o.temperature == 0 and o.verdict == "text":
+    if o.samples > 1 and o.verdict == "logits":
+        raise UsageError("--samples is for decoded verdicts: --verdict logits reads one set of logits per request")
+    if o.samples > 1 and o.temperature == 0:
         raise UsageError(f"--samples {o.samples} with greedy decoding (--temperature 0) asks the same question "
                          f"{o.samples} times for one answer: give --temperature > 0, or --samples 1")
     if o.concurrency < 1 or o.max_batch_size < 1:

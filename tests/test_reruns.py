@@ -167,3 +167,25 @@ def test_data_edited_during_a_sweep_is_loaded_again(world, tmp_path):
     data.write_text(json.dumps(items))
     second = score(replace(o, output=str(tmp_path / "b")), reuse=reuse)
     assert second.samples[0].prompt.endswith("(edited)") and not first.samples[0].prompt.endswith("(edited)")
+
+
+def test_run_json_says_where_the_time_went(world, tmp_path):
+    """timing: fixed_s is the whole run but model loading and forwards; from the library (no process
+    start known) it counts from the run's start; a run served from the store loads no model."""
+    o = ScoreOptions(model=world["policy"], ref_model=world["ref"], data=world["data"], cache_dir=str(tmp_path),
+                     output=str(tmp_path / "a"))
+    t = score(o).run["timing"]
+    assert t["startup_s"] is None and t["model_load_s"] > 0 and t["forward_s"] > 0
+    assert t["fixed_s"] == pytest.approx(t["total_s"] - t["model_load_s"] - t["forward_s"])
+    assert t["total_s"] >= t["load_s"] + t["tokenize_s"] + t["passes_s"] + t["finish_s"]
+    t = score(replace(o, output=str(tmp_path / "b"))).run["timing"]
+    assert t["model_load_s"] == t["forward_s"] == t["passes_s"] == 0 and t["fixed_s"] == t["total_s"]
+    # the console command counts its process from the start
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "rmbench_fast", "score", "--model", world["policy"], "--ref-model", world["ref"],
+           "--data", world["data"], "--cache-dir", str(tmp_path), "--output", str(tmp_path / "c"), "-q"]
+    subprocess.run(cmd, check=True, capture_output=True)
+    t = __import__("json").loads((tmp_path / "c" / "run.json").read_text())["timing"]
+    assert t["startup_s"] > 0.3 and t["total_s"] > t["startup_s"]  # at least the imports of torch

@@ -118,11 +118,12 @@ def score(model, output, **kw):
     """
     from ..engine.finished import finished_run
 
-    startup_s, o = process_age_s(), score_options(model, output, kw)  # run.json's timing counts the startup
+    o = score_options(model, output, kw)
+    started = (click.get_current_context().obj or {}).get("started")  # the console command's start
     result = finished_run(o)  # the same run finished before: read back, without loading anything
     if result is None:
         from ..engine.score import score as run_score
-        result = run_score(o, read_back=False, startup_s=startup_s)
+        result = run_score(o, read_back=False, started=started)
     _print_run(result.run, result.summary, output)
 
 
@@ -234,8 +235,11 @@ def entry():
     skips the interpreter's teardown, which spends about a second freeing torch and transformers
     modules and holds nothing of ours (results are written atomically, the store is closed).
     Ray's shutdown must run, so with Ray loaded the exit is the ordinary one."""
+    import time
+
+    age = process_age_s()
     try:
-        main()
+        main(obj={"started": None if age is None else time.perf_counter() - age})  # run.json's timing counts it
         code = 0
     except SystemExit as e:
         code = e.code

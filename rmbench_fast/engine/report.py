@@ -74,17 +74,19 @@ def run_info(prep, o, passes: dict, store, t_start: float) -> dict:
     }
 
 
-def timing(run: dict, passes: dict, startup_s: float | None, t_start: float, t_finish: float) -> dict:
-    """Where a run's time went, from the process's start to results written: `fixed_s` is all of it
-    but loading models and their forward passes (what a run costs whatever the model)."""
+def timing(run: dict, passes: dict, started: float | None, t_start: float, t_finish: float) -> dict:
+    """Where a run's time went, from the process's start (`started`, a perf_counter value; None: from
+    this run's start) to results written: `fixed_s` is all of it but loading models and their forward
+    passes (what a run costs whatever the model)."""
     computed = [p.info for p in passes.values() if not p.info["cached"]]
     model_load = sum(i.get("load_s", 0.0) for i in computed)
     forward = sum(i.get("batches_s", 0.0) for i in computed)
-    total = (startup_s or 0.0) + time.perf_counter() - t_start
-    return {"startup_s": startup_s,  # the interpreter and imports before the run began (None: unknown)
+    now = time.perf_counter()
+    total = now - (t_start if started is None else started)
+    return {"startup_s": None if started is None else t_start - started,  # interpreter, imports, finished-run check
             "load_s": run["load_s"], "tokenize_s": run["tokenize_s"],
             "fingerprint_s": sum(p.info.get("fingerprint_s", 0.0) for p in passes.values()),
             "model_load_s": model_load, "forward_s": forward,
             "passes_s": run["score_s"],  # the computed passes: model loading, forwards, their bookkeeping
-            "finish_s": time.perf_counter() - t_finish,  # rewards, metrics and results files
+            "finish_s": now - t_finish,  # rewards, metrics and results files
             "total_s": total, "fixed_s": total - model_load - forward}

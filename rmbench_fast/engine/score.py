@@ -92,7 +92,7 @@ def model_pass(prep: Prepared, o: ScoreOptions, model_path: str, role: str, stor
 
 
 def finish(prep: Prepared, o: ScoreOptions, passes: dict, t_start: float, store: Store,
-           stamp: str | None = None, startup_s: float | None = None) -> ScoreRun:
+           stamp: str | None = None, started: float | None = None) -> ScoreRun:
     """rewards -> metrics -> results (written when o.output is set; run.json last, with the stamp
     that lets the same run again read them back: engine.finished)."""
     t_finish = time.perf_counter()
@@ -105,20 +105,21 @@ def finish(prep: Prepared, o: ScoreOptions, passes: dict, t_start: float, store:
     if o.output:
         write_results(o.output, samples, chosen, rejected, summary)
         run.update(stamp=stamp, result_files=file_hashes(o.output) if stamp else None)
-    run["timing"] = timing(run, passes, startup_s, t_start, t_finish)
+    run["timing"] = timing(run, passes, started, t_start, t_finish)
     if o.output:
         atomic_write_json(Path(o.output) / "run.json", run)
     return ScoreRun(samples, chosen, rejected, summary, run)
 
 
 def score(o: ScoreOptions, store: Store | None = None, hooks=None, reuse: dict | None = None,
-          read_back: bool = True, startup_s: float | None = None) -> ScoreRun:
+          read_back: bool = True, started: float | None = None) -> ScoreRun:
     """Score every sample of `o.data` with `o.model`; write results when `o.output` is set.
     Finished work comes from the store (o.cache_dir, default ~/.cache/rmbench-fast/store); `reuse`
     (a dict a caller keeps across runs, as a sweep does) shares loaded data and tokenizers. A run
     already finished in o.output with the same inputs, options, code and versions is read back
     (engine.finished; its run dict says `reused`); read_back=False: the caller has just checked.
-    startup_s: the process's time before this run (interpreter, imports), for run.json's timing."""
+    started: time.perf_counter() when the process started (the command line knows), so run.json's timing
+    counts the interpreter, the imports and the finished-run check before this run."""
     t_start = time.perf_counter()
     if o.output:
         check_output(o)
@@ -133,7 +134,7 @@ def score(o: ScoreOptions, store: Store | None = None, hooks=None, reuse: dict |
         stamp = run_stamp(o, local_target(o.device)) if o.output and o.engine == "local" else None
         prep = prepare(o, store, reuse)
         passes = {role: model_pass(prep, o, path, role, store, hooks) for role, path in prep.scorer.roles(o)}
-        return finish(prep, o, passes, t_start, store, stamp, startup_s)
+        return finish(prep, o, passes, t_start, store, stamp, started)
     finally:
         if own_store:
             store.close()

@@ -13,7 +13,7 @@ by content, so each request fails its own first N attempts):
     !leak[:S]   always status S (default 500) whose message echoes the Authorization header it got
     !reasoning  the message carries reasoning_content besides the content
 
-With `reply` (messages -> text) it answers by that rule instead: a judge whose verdicts are known.
+With `reply` (the request's body -> text) it answers by that rule instead: a judge whose verdicts are known.
 GET /v1/models lists one model with a `created` that changes every call (as vLLM's does). With
 `api_key` set, a request without "Authorization: Bearer <api_key>" gets a 401 that echoes the header
 it got (as real servers echo a wrong key). It counts attempts per content, keeps each content's last
@@ -42,7 +42,7 @@ REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
 class ScriptedServer:
     def __init__(self, model: str = "judge-test", api_key: str | None = None, port: int = 0, reply=None):
         self.model, self.api_key, self.port = model, api_key, port
-        self.reply = reply  # messages -> the answer's text (a judge that follows a rule); default "A:" + content
+        self.reply = reply  # request body -> the answer's text (a judge that follows a rule); default "A:" + content
         self.attempts: Counter = Counter()  # content -> chat requests seen
         self.bodies: dict = {}  # content -> last request body
         self.in_flight = self.max_in_flight = self.total = 0
@@ -80,7 +80,7 @@ class ScriptedServer:
         return 200, {}, self._answer(body, content)
 
     def _answer(self, body: dict, content: str) -> bytes:
-        msg = {"role": "assistant", "content": "A:" + content if self.reply is None else self.reply(body["messages"])}
+        msg = {"role": "assistant", "content": "A:" + content if self.reply is None else self.reply(body)}
         if "!reasoning" in content:
             msg["reasoning_content"] = "thinking about " + content
         return json.dumps({"id": "c", "object": "chat.completion", "created": int(time.time()),

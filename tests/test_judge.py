@@ -33,10 +33,12 @@ def rule(a: str, b: str):
     return "A" if len(a) > len(b) else "B" if len(b) > len(a) else "tie"
 
 
-def reply(messages):
-    text = messages[-1]["content"]
+def reply(body):
+    text = body["messages"][-1]["content"]
     a, b = A.search(text).group(1), B.search(text).group(1)
     w = rule(a, b)
+    if w in ("A", "B") and (body.get("seed") or 0) % 2:  # sampled answers with an odd seed: the other one
+        w = "B" if w == "A" else "A"
     # a verdict quoted in the reasoning before the final one: the last \boxed decides
     pre = "<think>Maybe \\boxed{B>>A}? No, let me compare.</think>\n"
     if w is None:
@@ -159,7 +161,7 @@ def run_requests(tmp_path, data_path) -> int:
 @pytest.mark.slow
 def test_sigkill_then_resume_asks_nothing_twice(data_path, tmp_path):
     """The CLI killed mid-run: the rerun sends only what the first did not finish."""
-    slow = judge_server.start_thread(reply=lambda m: (time.sleep(0.05), reply(m))[1])
+    slow = judge_server.start_thread(reply=lambda body: (time.sleep(0.05), reply(body))[1])
     try:
         cmd = [sys.executable, "-m", "rmbench_fast", "judge", "--model", "judge-test", "--base-url", slow.url,
                "--data", data_path, "--limit", "2", "--output", str(tmp_path / "out"), "--cache-dir",
@@ -257,3 +259,90 @@ def test_logit_verdicts_against_a_plain_forward(tmp_path, data_path, share):
     lines = [json.loads(x) for x in (tmp_path / "out" / "judgements.jsonl").read_text().splitlines()]
     assert np.allclose([x["p_chosen"] for x in lines], probs, atol=1e-5)
     assert run.run["pass"]["cached"] is False and (run.run["tokens"]["shared_prefix_saved"] > 0) == share
+
+
+def test_samples_are_seeded_and_averaged(server, data_path, tmp_path):
+    """--samples 3 at a temperature: three requests per ask, seeds seed*1000 + k; the test judge
+    answers the other way for odd seeds, so every decided cell is the mean of 2/3 and 1/3."""
+    run = judge(options(server, data_path, tmp_path / "a", tmp_path / "store", samples=3, temperature=0.7))
+    samples = load_dataset(data_path, limit=2)
+    assert run.run["requests"] == len(samples) * 18 * 3
+    seeds = sorted({json.loads(x)["sampling"]["seed"] for x in (tmp_path / "a" / "judgements.jsonl").read_text().splitlines()})
+    assert seeds == [0, 1, 2]
+    want = np.zeros((len(samples), 3, 3))
+    for p, s in enumerate(samples):
+        for i in range(3):
+            for j in range(3):
+                vals = []
+                for a, b, chosen in ((s.chosen[i], s.rejected[j], "A"), (s.rejected[j], s.chosen[i], "B")):
+                    for seed in (0, 1, 2):
+                        w = rule(a, b)
+                        if w in ("A", "B") and seed % 2:
+                            w = "B" if w == "A" else "A"
+                        vals.append(0.0 if w in (None, "tie") else float(w == chosen))
+                want[p, i, j] = np.mean(vals)
+    assert np.allclose(run.cells, want, atol=1e-12)
+
+
+def test_failed_requests_stop_the_run_unless_counted(server, tmp_path):
+    """A request the server refuses for good (400) fails that request; the run writes nothing and
+    says so in one line, unless --failed-as-invalid; the rerun asks only the failed ones."""
+    from click.testing import CliRunner
+
+    from rmbench_fast.cli.main import main
+
+    items = [{"id": k, "prompt": f"Question {k}?", "chosen": [f"good {k}", f"fine {k}", f"right {k}"],
+              "rejected": [f"bad {k}", "wrong" + (" !400" if k == 1 else ""), f"off {k}"], "domain": "chat"}
+             for k in range(2)]
+    data = tmp_path / "data.json"
+    data.write_text(json.dumps(items))
+    args = ["judge", "--model", "judge-test", "--base-url", server.url, "--data", str(data), "--cache-dir",
+            str(tmp_path / "store"), "--output", str(tmp_path / "out"), "-q"]
+    out = CliRunner().invoke(main, args)
+    assert out.exit_code == 2 and "6 of 36 judge requests failed" in out.output and "400" in out.output
+    assert not (tmp_path / "out" / "results.json").exists()
+    sent = server.total
+    out = CliRunner().invoke(main, args + ["--failed-as-invalid"])
+    assert out.exit_code == 0, out.output
+    assert server.total == sent + 6  # only the failed ones again
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert run["failed_requests"] == 6 and run["from_store"] == 30
+    cells = json.loads((tmp_path / "out" / "results.json").read_text())[1]["cells"]
+    assert [cells[i][1] for i in range(3)] == [0.0, 0.0, 0.0]  # rejected 1 of prompt 1: invalid counts 0
+
+
+def test_no_secret_reaches_files_or_logs(data_path, tmp_path, monkeypatch, caplog):
+    """The key (--api-key-env) and a password in --base-url appear in no output file, journal, error
+    or log line, even from a server that echoes what it got."""
+    from rmbench_fast.errors import RmbenchError
+
+    monkeypatch.setenv("JUDGE_KEY", "sk-very-secret-123")
+    caplog.set_level("DEBUG")
+    texts = []
+    for k, (key_env, user) in enumerate([("JUDGE_KEY", ""), (None, "alice:pw-hidden-456@")]):
+        srv = judge_server.start_thread(reply=reply, api_key="sk-very-secret-123" if key_env else None)
+        try:
+            o = JudgeOptions(model="judge-test", data=data_path, limit=1, domains=("chat",),
+                             base_url=srv.url.replace("http://", "http://" + user), api_key_env=key_env,
+                             output=str(tmp_path / f"out{k}"), cache_dir=str(tmp_path / "store"), progress=False)
+            judge(o)
+            run = json.loads((tmp_path / f"out{k}" / "run.json").read_text())
+            assert run["options"]["base_url"] == srv.url
+        finally:
+            srv.stop()
+        # the server now refuses every request and echoes the header it got
+        bad = judge_server.start_thread(reply=reply, api_key="something-else")
+        try:
+            with pytest.raises(RmbenchError) as e:
+                judge(JudgeOptions(model="judge-test", data=data_path, limit=1, domains=("chat",), max_retries=0,
+                                   base_url=bad.url.replace("http://", "http://" + user), api_key_env=key_env,
+                                   cache_dir=str(tmp_path / "other"), progress=False))
+            texts.append(str(e.value))
+        finally:
+            bad.stop()
+    texts += [p.read_text() for p in tmp_path.rglob("*") if p.is_file() and p.suffix in (".json", ".jsonl")]
+    texts.append(caplog.text)
+    import base64
+
+    for secret in ("sk-very-secret-123", "pw-hidden-456", base64.b64encode(b"alice:pw-hidden-456").decode()):
+        assert not any(secret in t for t in texts), secret

@@ -76,6 +76,8 @@ from ..judges.options import BACKENDS, ORDERS, VERDICTS, JudgeOptions, default
 @click.option("--cache-dir", default=None, help="The result store, which keeps every generation as it arrives: "
               "a rerun asks only for what is missing [default: $RMBENCH_CACHE/store].")
 @click.option("--no-cache", is_flag=True, help="Keep generations in memory only (no resume).")
+@click.option("--failed-as-invalid", is_flag=True, help="Count requests the server refused for good (a 400: prompt "
+              "too long, say) as answers without a verdict (--invalid) instead of stopping without results.")
 @click.option("--overwrite", is_flag=True, help="Replace another run's results in the output folder.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def judge(no_cache, quiet, domains, **kw):

@@ -18,8 +18,19 @@ from pathlib import Path
 from .requests import Completion
 
 
+def _ends_cut(path: Path) -> bool:
+    """Whether the file's last byte is not a newline (a line cut short)."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        if f.tell() == 0:
+            return False
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) != b"\n"
+
+
 class Journal:
     def __init__(self, root: Path | None, identity: str):
+        """root None: in memory only (--no-cache, or a judge whose weights have no fingerprint)."""
         self.path = None if root is None else Path(root) / "judgements" / f"{identity[:40]}.jsonl"
         self.done: dict[str, Completion] = {}
         self.cut_lines = 0  # lines a killed run left unfinished, skipped
@@ -44,7 +55,7 @@ class Journal:
         if self._fd is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-            if self.cut_lines:  # a cut last line: start on a fresh one
+            if _ends_cut(self.path):  # a line a killed run did not finish: start on a fresh one
                 os.write(self._fd, b"\n")
         line = json.dumps({"key": key, "completion": completion.as_dict()}, ensure_ascii=False) + "\n"
         os.write(self._fd, line.encode())

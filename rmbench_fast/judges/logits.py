@@ -33,6 +33,7 @@ from ..scorers.verdict import VerdictScorer, verdict_probs
 from ..store.atomic import atomic_open, atomic_write_json
 from ..store.fingerprints import sha256_text, tokenizer_fingerprint
 from . import plan as planning
+from .options import read_template
 from .requests import Sampling
 
 
@@ -74,7 +75,7 @@ def judge_logits(o, protocol, samples, store, t_start):
                          "an answer starts with just before its verdict); use --verdict text")
     so = score_options(o)
     tokenizer = load_tokenizer(o.model, o.trust_remote_code)
-    template = Path(o.chat_template).read_text(encoding="utf-8") if o.chat_template else None
+    template = read_template(o)
     if template is None and not getattr(tokenizer, "chat_template", None):
         raise UsageError(f"judge model {o.model}: its tokenizer has no chat template; pass --chat-template FILE")
     t0 = time.perf_counter()
@@ -121,7 +122,7 @@ def judge_logits(o, protocol, samples, store, t_start):
     winners = ["A" if p > 0.5 else "B" if p < 0.5 else "tie" for p in p_a]
     info = result.info
     run = {
-        "options": asdict(o), "kind": "judge", "verdict": "logits", "protocol": protocol.describe(),
+        "options": {**asdict(o), "base_url": None}, "kind": "judge", "verdict": "logits", "protocol": protocol.describe(),
         "verdict_tokens": {protocol.verdict_strings[0]: tokens[0], protocol.verdict_strings[1]: tokens[1]},
         "judge": {"backend": "hf", "weights": info.get("sha256"), "tokenizer": tok_fp}, "n_prompts": len(samples),
         "asks": len(asks), "pass": info, **planning.stats(asks, winners, domains),

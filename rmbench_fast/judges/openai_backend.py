@@ -84,7 +84,12 @@ class OpenAIBackend:
             self._key = os.environ.get(api_key_env)
             if not self._key:
                 raise UsageError(f"--api-key-env {api_key_env}: that environment variable is not set")
-        self._secrets = [s for s in (self._key, *self._userinfo) if s]
+        basic = None  # the userinfo as an Authorization: Basic header carries it (a server may echo that)
+        if any(self._userinfo):
+            import base64
+
+            basic = base64.b64encode(":".join(x or "" for x in self._userinfo).encode()).decode()
+        self._secrets = [s for s in (self._key, *self._userinfo, basic) if s]
         self._described: dict | None = None
         _http()  # a missing HTTP stack fails here, in one line
 
@@ -94,12 +99,13 @@ class OpenAIBackend:
     # ---- public ----
     def describe(self) -> dict:
         """What identifies the judge: backend, URL, model name and what GET {base_url}/models says of
-        the model (id, owned_by, root, max_model_len; None where the server does not list it).
-        `created` is left out: vLLM sets it to the time of the call."""
+        the model (id, owned_by, root; None where the server does not list it). `created` is left
+        out (vLLM sets it to the time of the call), and so is max_model_len: a server restarted with
+        a longer context serves the same weights, and what it generated before still holds."""
         if self._described is None:
             entry = self._run(lambda deliver: self._models())
             if entry is not None:
-                entry = {k: entry[k] for k in ("id", "owned_by", "root", "max_model_len") if entry.get(k) is not None}
+                entry = {k: entry[k] for k in ("id", "owned_by", "root") if entry.get(k) is not None}
             self._described = {"backend": self.name, "base_url": self.base_url, "model": self.model,
                                "server_model": entry, **({"extra_body": self.extra_body} if self.extra_body else {})}
         return dict(self._described)

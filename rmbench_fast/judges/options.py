@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from pathlib import Path
 
 from ..errors import UsageError
 from ..inputs.data import HUB_DEFAULT
@@ -52,6 +53,7 @@ class JudgeOptions:
     gpus_per_worker: float = 0.0
     cache: bool = True
     cache_dir: str | None = None
+    failed_as_invalid: bool = False  # requests that failed for good count as answers without a verdict
     overwrite: bool = False
     progress: bool = True
 
@@ -106,3 +108,26 @@ def check(o: JudgeOptions) -> None:
         raise UsageError("--temperature must be >= 0, --top-p in (0, 1], --max-tokens >= 1")
     if o.tie is not None and not 0 <= o.tie <= 1:
         raise UsageError(f"--tie {o.tie}: expected a number in [0, 1]")
+
+
+def read_template(o: JudgeOptions) -> str | None:
+    """--chat-template's text (None: the tokenizer's own)."""
+    if not o.chat_template:
+        return None
+    try:
+        return Path(o.chat_template).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"--chat-template {o.chat_template}: cannot be read ({e.__class__.__name__})") from None
+
+
+def safe_url(url: str | None) -> str | None:
+    """A URL without the user:password@ it may carry (never recorded or logged)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    if not url:
+        return url
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    netloc = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import RmbenchError, UsageError, one_line
 from ..inputs.data import load_dataset
 from ..results.files import write_cell_results
 from ..results.metrics import summarize_cells
@@ -22,7 +22,7 @@ from ..store.fingerprints import sha256_text
 from ..store.paths import store_root
 from . import plan as planning
 from .journal import Journal
-from .options import JudgeOptions, check, invalid_rule
+from .options import JudgeOptions, check, invalid_rule, read_template, safe_url
 from .protocols import get_protocol
 from .requests import Sampling
 
@@ -66,8 +66,9 @@ def hf_identity(o: JudgeOptions, store: Store) -> dict:
 
     target = local_target(o.device)
     fp = model_fingerprint(o.model, store.hashes, content=True)
-    template = Path(o.chat_template).read_text(encoding="utf-8") if o.chat_template else None
-    return {"backend": "hf", "weights": fp.get("sha256") or o.model,
+    store.hashes.save()
+    template = read_template(o)
+    return {"backend": "hf", "weights": fp.get("sha256"),
             "tokenizer": tokenizer_fingerprint(o.model, store.hashes),
             "chat_template": None if template is None else sha256_text(template),
             "dtype": str(resolve_dtype(o.dtype, target.device)), "device": target.device.type,
@@ -81,7 +82,7 @@ def make_backend(o: JudgeOptions):
         return OpenAIBackend(o.base_url, o.model, o.api_key_env, o.concurrency, o.timeout_s, o.max_retries)
     from .hf_backend import HFBackend
 
-    template = Path(o.chat_template).read_text(encoding="utf-8") if o.chat_template else None
+    template = read_template(o)
     return HFBackend(o.model, o.device, o.dtype, o.max_batch_size, o.max_tokens_per_batch, o.trust_remote_code,
                      o.allow_pickle_weights, template)
 
@@ -126,24 +127,42 @@ def judge(o: JudgeOptions) -> JudgeRun:
         check_output(o)
     samples = load_dataset(o.data, domains=o.domains, limit=o.limit)
     store = Store(store_root(o.cache_dir) if o.cache else None)
-    if o.verdict == "logits":
-        from .logits import judge_logits
+    try:
+        if o.verdict == "logits":
+            from .logits import judge_logits
 
-        return JudgeRun(samples, *judge_logits(o, protocol, samples, store, t_start))
+            return JudgeRun(samples, *judge_logits(o, protocol, samples, store, t_start))
+        return _judge_text(o, protocol, samples, store, tie, invalid, t_start)
+    finally:
+        store.close()
+
+
+def _judge_text(o, protocol, samples, store, tie, invalid, t_start) -> JudgeRun:
     backend = make_backend(o) if o.kind == "openai" else None  # hf: loaded only when there is work
     identity = backend.describe() if backend is not None else hf_identity(o, store)
+    root = store.root
     if backend is not None:
         log.warning("judge %s at %s: remote weights cannot be fingerprinted; its generations are kept under the "
-                    "server's URL, model name and what the server reports", o.model, o.base_url)
+                    "server's URL, model name and what the server reports", o.model, safe_url(o.base_url))
+    elif identity["weights"] is None:
+        log.warning("judge %s: its weights could not be fingerprinted (not a local folder); generations are kept "
+                    "for this run only (download it to a folder to resume)", o.model)
+        root = None
     key = sha256_text(identity)
     asks = planning.plan(samples, protocol, key, o.orders, o.seed, o.samples,
                          Sampling(o.temperature, o.top_p, o.max_tokens))
     requests = planning.unique_requests(asks)
-    journal = Journal(store.root, key)
+    journal = Journal(root, key)
     todo = [r for r in requests if r.key not in journal.done]
-    gen = {"requests": 0}
+    gen = {"requests": 0, "failed": 0}
     if todo:
         gen = generate(todo, journal, backend or make_backend(o), o.progress)
+    failed = [r for r in todo if journal.done.get(r.key) is None or journal.done[r.key].text is None]
+    if failed and not o.failed_as_invalid:
+        first = journal.done.get(failed[0].key)
+        raise RmbenchError(f"{len(failed)} of {len(requests)} judge requests failed (first: "
+                           f"{one_line(first.error if first else 'no answer', 200)}); nothing written: a rerun asks "
+                           "them again, or pass --failed-as-invalid to count them as answers without a verdict")
     winners, values, verdicts = [], np.zeros(len(asks)), []
     for n, a in enumerate(asks):
         c = journal.done.get(a.request.key)
@@ -156,14 +175,16 @@ def judge(o: JudgeOptions) -> JudgeRun:
     summary = summarize_cells(cells, domains, [s.subset for s in samples], [s.name for s in samples])
     chars, reusable = planning.shared_prefix_chars(requests)
     run = {
-        "options": asdict(o), "kind": "judge", "protocol": protocol.describe(), "tie": tie, "invalid": invalid,
-        "judge": identity, "judge_key": key, "n_prompts": len(samples), "asks": len(asks),
-        "requests": len(requests), "from_store": len(requests) - len(todo),
+        "options": {**asdict(o), "base_url": safe_url(o.base_url)}, "kind": "judge", "protocol": protocol.describe(),
+        "tie": tie, "invalid": invalid, "judge": identity, "judge_key": key, "n_prompts": len(samples),
+        "asks": len(asks), "requests": len(requests), "from_store": len(requests) - len(todo),
+        "failed_requests": len(failed),  # counted as answers without a verdict (--failed-as-invalid)
         "journal": {"path": str(journal.path) if journal.path else None, "cut_lines_skipped": journal.cut_lines},
         "generated": gen, **planning.stats(asks, winners, domains),
         "tokens": _tokens(journal, requests),
         "prefix_cache": {"prompt_chars": chars, "reusable_prompt_chars": reusable,
-                         "reusable_prompt_tokens": _reusable_tokens(journal, requests, chars, reusable)},
+                         # estimated: the prompt tokens the backend counted times the reusable characters' share
+                         "reusable_prompt_tokens_estimate": _reusable_tokens(journal, requests, chars, reusable)},
         "wall_s": time.perf_counter() - t_start, "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     if o.output:

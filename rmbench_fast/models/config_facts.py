@@ -67,6 +67,8 @@ class StoredConfig:
         self.__dict__["_facts"] = facts
 
     def __getattr__(self, name: str):
+        if "_facts" not in self.__dict__:  # while unpickling or copying: nothing set yet
+            raise AttributeError(name)
         f = self.__dict__["_facts"]
         if name == "num_labels":
             return f["num_labels"]

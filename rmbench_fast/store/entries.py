@@ -85,13 +85,19 @@ def store_usage(root: Path) -> dict:
     """What the store at `root` holds: finished and partial entries, bytes, oldest and newest."""
     root = Path(root)
     out = {"root": str(root), "entries": 0, "partial": 0, "bytes": 0, "oldest": None, "newest": None}
-    times = []
+    times = []  # of the entries and journals
     for kind, name in (("entries", "entries"), ("partial", "partial")):
         for p in (root / kind).rglob("*.npz") if (root / kind).is_dir() else []:
             st = p.stat()
             out[name] += 1
             out["bytes"] += st.st_size
             times.append(st.st_mtime)
+    journals = list((root / "judgements").glob("*.jsonl")) if (root / "judgements").is_dir() else []
+    out["judge_journals"] = len(journals)  # rmbench_fast.judges.journal: a judge's generations
+    for p in journals:
+        st = p.stat()
+        out["bytes"] += st.st_size
+        times.append(st.st_mtime)
     hashes = root / "file-hashes.json"
     if hashes.is_file():
         out["bytes"] += hashes.stat().st_size
@@ -105,7 +111,7 @@ def clear_store(root: Path) -> dict:
     """Delete everything the store at `root` holds; returns what was there."""
     root = Path(root)
     before = store_usage(root)
-    for kind in ("entries", "partial"):
+    for kind in ("entries", "partial", "judgements"):
         if (root / kind).is_dir():
             shutil.rmtree(root / kind)
     (root / "file-hashes.json").unlink(missing_ok=True)

@@ -14,6 +14,7 @@ from ..errors import RmbenchError, UsageError, one_line
 from .cache import cache
 from .data import data
 from .judge import judge
+from .leaderboard import leaderboard
 from .options import score_options, scoring_options
 
 
@@ -203,6 +204,7 @@ def bench(args):
 main.add_command(cache)
 main.add_command(data)
 main.add_command(judge)
+main.add_command(leaderboard)
 
 
 @main.command()

@@ -1,0 +1,90 @@
+"""`rmbench-fast leaderboard RUN ...`: rows for the RM-Bench leaderboard, as Markdown, CSV or JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from ..errors import DataError
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(path, "no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataError(path, f"cannot be read ({e})") from None
+    except json.JSONDecodeError as e:
+        raise DataError(path, f"not JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+
+
+def _model_name(path: Path) -> str:
+    """run.json's options.model (a local path shortened to its folder's name), else the run
+    folder's or results file's name."""
+    folder = path if path.is_dir() else path.parent if path.name == "results.json" else None
+    if folder is not None and (folder / "run.json").is_file():
+        run = _read_json(folder / "run.json")
+        model = (run.get("options") or {}).get("model") if isinstance(run, dict) else None
+        if isinstance(model, str) and model.strip():
+            model = model.strip().rstrip("/")
+            return Path(model).name if model.startswith(("/", "./", "../", "~")) or model.count("/") > 1 else model
+    if folder is not None:
+        return folder.resolve().name
+    return path.stem
+
+
+def load_summary(run: str) -> tuple[dict, str]:
+    """(summary, model name) of RUN: a run folder's summary.json, else its results.json summarized
+    again; or a results file (ours, a judge's, or the official scripts')."""
+    path = Path(run)
+    if path.is_dir() and (path / "summary.json").is_file():
+        summary = _read_json(path / "summary.json")
+        if not isinstance(summary, dict):
+            raise DataError(path / "summary.json", "top level must be a JSON object (a run's summary)")
+        return summary, _model_name(path)
+    if path.is_dir() and not (path / "results.json").is_file():
+        raise DataError(path, "is a folder without summary.json or results.json")
+    from ..results.files import read_results
+    from ..results.metrics import summarize, summarize_cells
+
+    kind, *data, domains, subsets, names = read_results(path)
+    summary = (summarize if kind == "scores" else summarize_cells)(*data, domains, subsets, names)
+    return summary, _model_name(path)
+
+
+@click.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path())
+@click.option("--output", "-o", "prefix", default=None, metavar="FILE_PREFIX",
+              help="Also write FILE_PREFIX.md and FILE_PREFIX.csv.")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON, keyed by column name.")
+def leaderboard(runs, prefix, as_json):
+    """Rows for the RM-Bench leaderboard: Chat, Math, Code, Safety, Easy, Normal, Hard, Overall.
+
+    Each RUN is a run folder (its summary.json, else its results.json) or a results file (ours, a
+    judge's, or the official scripts'). The model's name is run.json's --model, else the folder's
+    or file's name. Percentages with one decimal, by the leaderboard's formulas: a domain is the
+    mean of its hard, normal and easy accuracy; Easy, Normal and Hard are the means over the four
+    domains; Overall = (Chat + Math + Code + Safety) / 4 = (Easy + Normal + Hard) / 3.
+
+    Prints a Markdown table (--json: the rows as JSON, with the unrounded percentages under
+    "unrounded"). A domain missing or partial (fewer prompts than the benchmark's: chat 129,
+    math 529, code 228, safety 441) is a warning on stderr: such a row is not comparable with
+    the leaderboard's.
+    """
+    from ..results.leaderboard import row, to_csv, to_markdown, warnings
+    from ..store.atomic import atomic_write_text
+
+    rows = []
+    for run in runs:
+        summary, name = load_summary(run)
+        rows.append(row(summary, name, None))
+        for w in warnings(summary, name):
+            click.echo(f"rmbench-fast: warning: {w}", err=True)
+    if prefix is not None:
+        for ext, text in ((".md", to_markdown(rows)), (".csv", to_csv(rows))):
+            atomic_write_text(prefix + ext, text)
+        click.echo(f"wrote {prefix}.md and {prefix}.csv", err=True)
+    click.echo(json.dumps(rows, indent=2) if as_json else to_markdown(rows), nl=as_json)

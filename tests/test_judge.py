@@ -346,3 +346,15 @@ def test_no_secret_reaches_files_or_logs(data_path, tmp_path, monkeypatch, caplo
 
     for secret in ("sk-very-secret-123", "pw-hidden-456", base64.b64encode(b"alice:pw-hidden-456").decode()):
         assert not any(secret in t for t in texts), secret
+
+
+def test_cache_commands_see_judge_journals(server, data_path, tmp_path):
+    from click.testing import CliRunner
+
+    from rmbench_fast.cli.main import main
+
+    judge(options(server, data_path, tmp_path / "out", tmp_path / "store"))
+    info = CliRunner().invoke(main, ["cache", "info", "--cache-dir", str(tmp_path / "store"), "--json"])
+    assert json.loads(info.output)["judge_journals"] == 1 and json.loads(info.output)["bytes"] > 10_000
+    CliRunner().invoke(main, ["cache", "clear", "--cache-dir", str(tmp_path / "store")])
+    assert not list((tmp_path / "store").rglob("*.jsonl"))

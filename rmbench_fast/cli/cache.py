@@ -28,7 +28,8 @@ def info(cache_dir, as_json):
     if as_json:
         click.echo(json.dumps(u, indent=2))
         return
-    click.echo(f"{u['root']}: {u['entries']} entries, {u['partial']} partial, {u['bytes'] / 2**20:,.1f} MiB")
+    click.echo(f"{u['root']}: {u['entries']} entries, {u['partial']} partial, {u['judge_journals']} judge journals, "
+               f"{u['bytes'] / 2**20:,.1f} MiB")
     if u["oldest"]:
         click.echo(f"oldest {u['oldest']}, newest {u['newest']}")
 
@@ -36,11 +37,12 @@ def info(cache_dir, as_json):
 @cache.command()
 @click.option("--cache-dir", default=None, help="The store [default: $RMBENCH_CACHE/store].")
 def clear(cache_dir):
-    """Delete every entry of the store (finished, partial, and the cached file hashes)."""
+    """Delete every entry of the store (finished, partial, judge journals, and the cached file hashes)."""
     from ..store.entries import clear_store
     from ..store.paths import store_root
 
     root = store_root(cache_dir)
     u = clear_store(root)
-    click.echo(f"removed {u['entries']} entries and {u['partial']} partial ({u['bytes'] / 2**20:,.1f} MiB) "
+    click.echo(f"removed {u['entries']} entries, {u['partial']} partial and {u['judge_journals']} judge journals "
+               f"({u['bytes'] / 2**20:,.1f} MiB) "
                f"from {root}")

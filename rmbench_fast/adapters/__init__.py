@@ -16,13 +16,15 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..models.kinds import is_language_model
-from . import armorm, beaver, grm, inform, internlm, ldl, openbmb, qrm, starling, unsupported, worldpm, ziya
+from . import (armorm, beaver, grm, inform, internlm, ldl, nemotron, openbmb, qrm, starling, unsupported, worldpm,
+               ziya)
 from .base import Adapter, OutOfScope, weight_names
 
 # one entry per family, in the order `rmbench-fast adapters` lists them (and architecture matching tries them)
 ADAPTERS: list[Adapter] = [
     *grm.ADAPTERS, *beaver.ADAPTERS, *starling.ADAPTERS, *ziya.ADAPTERS, *openbmb.ADAPTERS, *internlm.ADAPTERS,
-    *qrm.ADAPTERS, *armorm.ADAPTERS, *inform.ADAPTERS, *ldl.ADAPTERS, *worldpm.ADAPTERS, *unsupported.ADAPTERS,
+    *qrm.ADAPTERS, *armorm.ADAPTERS, *inform.ADAPTERS, *ldl.ADAPTERS, *worldpm.ADAPTERS, *nemotron.ADAPTERS,
+    *unsupported.ADAPTERS,
 ]
 
 

@@ -5,6 +5,7 @@ prepare loads everything first (engine.prepare.load_run), then check_run checks 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict
 from pathlib import Path
 
@@ -70,11 +71,53 @@ def check_run(o: ScoreOptions, run) -> None:
         if o.ref_free is not None:
             raise UsageError("--ref-free is for DPO models; the model is a sequence classifier (rm mode)")
         return
+    if o.mode == "auto" and o.ref_model is None and o.ref_free is None:
+        check_reward_lm(o.model, run.config)
     if run.tokenizer.eos_token_id is None:
         raise UsageError(f"tokenizer {run.tokenizer_path}: has no EOS token, which DPO scoring appends to every "
                          "response")
     if o.ref_model:
         check_reference(o, run)
+
+
+# A causal LM that is a reward model (Nemotron's reward LMs, read from an LM-head row) looks like a DPO
+# policy to mode detection and would be scored reference-free without a word. The signs, kept conservative:
+# the model's own name (its last path component, so no test or download folder above it counts) holding
+# "reward" or an "rm" word ("-RM", "_rm."), an adapter's official name (at the path's tail), or a config field
+# whose name says reward (no stock transformers config has one) or a value head's (GRM's vhead_*). Real
+# Nemotron reward configs are stock LlamaConfigs: for them the name is the sign.
+RM_WORD = re.compile(r"(^|[-_.])rm($|[-_.])")
+VALUE_HEAD_FIELDS = ("vhead_layer_type", "vhead_num_layers", "vhead_num_neurons")
+
+
+def reward_lm_signs(path: str, config) -> str | None:
+    """Why a causal LM given without --ref-model / --ref-free looks like a reward model, or None."""
+    from ..adapters import ADAPTERS
+
+    name = path.replace("RewardModels/", "").rstrip("/")
+    for a in ADAPTERS:
+        if any(name == n or name.endswith("/" + n) for n in a.official_names):
+            return f"it is the official {a.name} entry"
+    tail = name.rsplit("/", 1)[-1].lower()
+    if "reward" in tail or RM_WORD.search(tail):
+        return f"its name ({tail}) says reward model"
+    keys = config.to_dict() if hasattr(config, "to_dict") else vars(config) if config is not None else {}
+    fields = [k for k in keys if "reward" in k.lower() or k in VALUE_HEAD_FIELDS]
+    if fields:
+        return f"its config has {fields[0]}"
+    return None
+
+
+def check_reward_lm(path: str, config) -> None:
+    """A causal LM that looks like a reward model is not scored as a reference-free DPO policy silently."""
+    from ..adapters.nemotron import fits
+
+    why = reward_lm_signs(path, config)
+    if why is None:
+        return
+    choices = (["--adapter nemotron-reward (its reward is the logit of token id 0)"] if fits(path) else []) + [
+        "--ref-model PATH (DPO rewards against a reference)", "--ref-free {sum,avg,norm} (reference-free DPO rewards)"]
+    raise UsageError(f"model {path} is a causal LM but {why}: say how to score it: {'; '.join(choices)}")
 
 
 def check_reference(o: ScoreOptions, run) -> None:

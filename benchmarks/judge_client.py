@@ -10,6 +10,9 @@ and its own CPU time (all its threads, time.process_time):
   openai          the `openai` package (AsyncOpenAI, its retries off, the same pool of workers)
   aiohttp         bare aiohttp (reference: the cheapest client at hand)
   httpx2, httpx   bare AsyncClient.post + json.loads (reference: the floor of each stack)
+  judge           the whole `judge` run (rmbench_fast.judges.run.judge): N/18 prompts planned, every
+                  answer journaled in a fresh store, parsed, results and judgements.jsonl written;
+                  requests/s over the whole run, so it counts what the pipeline adds to the backend
 
 A client that is not installed is skipped. The goal: >= 300 requests/s on a 2-core machine.
 
@@ -33,8 +36,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-CLIENTS = ("backend", "backend-httpx", "openai", "aiohttp", "httpx2", "httpx")
-MODULE = {"backend": "httpx2", "backend-httpx": "httpx", "openai": "openai", "aiohttp": "aiohttp",
+CLIENTS = ("backend", "judge", "backend-httpx", "openai", "aiohttp", "httpx2", "httpx")
+MODULE = {"backend": "httpx2", "judge": "httpx2", "backend-httpx": "httpx", "openai": "openai", "aiohttp": "aiohttp",
           "httpx2": "httpx2", "httpx": "httpx"}
 GOAL_RPS = 300
 
@@ -72,6 +75,20 @@ def run_client(client: str, url: str, n: int, concurrency: int) -> None:
         backend = openai_backend.OpenAIBackend(url, "judge-test", concurrency=concurrency)
         reqs = [Request(key=str(i), messages=tuple(messages(i)), sampling=Sampling(max_tokens=16)) for i in range(n)]
         go = lambda: backend.generate(reqs, lambda r, c: done.append(c.text))  # noqa: E731
+    elif client == "judge":
+        import tempfile
+
+        from rmbench_fast.judges.options import JudgeOptions
+        from rmbench_fast.judges.run import judge
+
+        tmp = Path(tempfile.mkdtemp(prefix="judge-bench-"))
+        prompts = max(1, n // 18)  # 18 asks per prompt (9 pairs, both orders)
+        items = [{"id": i, "prompt": f"Question {i}?", "chosen": [f"good {i}.{k}" for k in range(3)],
+                  "rejected": [f"bad {i}.{k}" for k in range(3)]} for i in range(prompts)]
+        (tmp / "data.json").write_text(json.dumps([dict(it, domain="chat") for it in items]))
+        o = JudgeOptions(model="judge-test", base_url=url, data=str(tmp / "data.json"), output=str(tmp / "out"),
+                         cache_dir=str(tmp / "store"), concurrency=concurrency, max_tokens=16, progress=False)
+        go = lambda: done.extend(range(judge(o).run["generated"]["requests"]))  # noqa: E731
     elif client == "openai":
         import openai
 
@@ -143,17 +160,18 @@ def main():
             if not installed(MODULE[client]):
                 skipped.append(f"{client}: {MODULE[client]} is not installed")
                 continue
+            n = args.n // 18 * 18 if client == "judge" else args.n  # whole prompts
             for conc in args.concurrency:
                 runs = []
                 for _ in range(args.rounds):
-                    out = subprocess.run([sys.executable, __file__, "--child", client, url, str(args.n), str(conc)],
+                    out = subprocess.run([sys.executable, __file__, "--child", client, url, str(n), str(conc)],
                                          capture_output=True, text=True, check=True)
                     runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
-                    assert runs[-1]["done"] == args.n, runs[-1]
+                    assert runs[-1]["done"] == n, runs[-1]
                 wall = statistics.median(r["wall_s"] for r in runs)
                 cpu = statistics.median(r["cpu_s"] for r in runs)
-                row = {"client": client, "concurrency": conc, "N": args.n, "wall_s": wall,
-                       "requests_per_s": args.n / wall, "client_cpu_ms_per_request": 1000 * cpu / args.n,
+                row = {"client": client, "concurrency": conc, "N": n, "wall_s": wall,
+                       "requests_per_s": n / wall, "client_cpu_ms_per_request": 1000 * cpu / n,
                        "runs": runs}
                 rows.append(row)
                 print(f"{client:14s} concurrency {conc:3d}: {row['requests_per_s']:7.0f} requests/s, "

@@ -79,3 +79,27 @@ def test_sweep_on_ray_equals_local(cluster, tmp_path):
     for r in local["checkpoints"]:
         assert (tmp_path / "local" / r["dir"] / "results.json").read_bytes() == \
             (tmp_path / "ray" / r["dir"] / "results.json").read_bytes()
+
+
+def test_judge_logit_verdicts_on_ray_equal_local(cluster, tmp_path):
+    """judge --verdict logits through the engine on Ray workers: the same cells and probabilities as in
+    this process."""
+    import json
+
+    from rmbench_fast.judges.options import JudgeOptions
+    from rmbench_fast.judges.run import judge
+    from rmbench_fast.tiny.models import CHAT_TEMPLATE, build_model, llama_config, save_model, train_tokenizer
+
+    tok = train_tokenizer([json.dumps(x) for x in json.loads(open(cluster["data"]).read())] + ["\\boxed{A>B}"],
+                          vocab_size=300, chat_template=CHAT_TEMPLATE)
+    path = save_model(build_model("lm", llama_config(vocab_size=len(tok), hidden=32, layers=1, heads=4), 5), tok,
+                      tmp_path / "judge")
+    base = dict(model=str(path), data=cluster["data"], domains=("chat",), verdict="logits", progress=False,
+                max_tokens_per_batch=2048)
+    local = judge(JudgeOptions(**base, output=str(tmp_path / "a"), cache=False))
+    on_ray = judge(JudgeOptions(**base, output=str(tmp_path / "b"), cache_dir=str(tmp_path / "store"), engine="ray",
+                                num_workers=2))
+    assert on_ray.run["pass"]["engine"] == "ray" and np.array_equal(local.cells, on_ray.cells)
+    p = [[json.loads(x)["p_chosen"] for x in (tmp_path / d / "judgements.jsonl").read_text().splitlines()]
+         for d in ("a", "b")]
+    assert np.allclose(p[0], p[1], atol=1e-6)

@@ -358,3 +358,22 @@ def test_cache_commands_see_judge_journals(server, data_path, tmp_path):
     assert json.loads(info.output)["judge_journals"] == 1 and json.loads(info.output)["bytes"] > 10_000
     CliRunner().invoke(main, ["cache", "clear", "--cache-dir", str(tmp_path / "store")])
     assert not list((tmp_path / "store").rglob("*.jsonl"))
+
+
+def test_shared_prefix_count_against_a_plain_loop():
+    from rmbench_fast.judges.plan import shared_prefix_chars
+    from rmbench_fast.judges.requests import Request
+
+    rng = np.random.default_rng(0)
+    texts = ["".join(rng.choice(list("ab"), size=int(rng.integers(0, 12)))) for _ in range(200)]
+    reqs = [Request(str(k), ({"role": "user", "content": t},)) for k, t in enumerate(texts)]
+
+    def plain(a, b):
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        return n
+
+    full = [f"user\x01{t}" for t in texts]
+    want = sum(plain(full[k], full[k - 1]) for k in range(1, len(full)))
+    assert shared_prefix_chars(reqs) == (sum(map(len, full)), want)

@@ -70,11 +70,22 @@ def shared_prefix_chars(requests: list[Request]) -> tuple[int, int]:
     for r in requests:
         text = "\x00".join(f"{m['role']}\x01{m['content']}" for m in r.messages)
         total += len(text)
-        n = min(len(text), len(prev))
-        k = next((t for t in range(n) if text[t] != prev[t]), n)
-        reuse += k
+        reuse += _common_prefix(text, prev)
         prev = text
     return total, reuse
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """Length of the longest common prefix, by bisection over slice comparisons (done in C: a
+    character loop in Python took seconds over RM-Bench's 24k requests)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def coin(seed: int, key: str) -> float:

@@ -19,7 +19,10 @@ from rmbench_fast.judges.options import JudgeOptions
 from rmbench_fast.judges.run import judge
 
 judge_server = pytest.importorskip("judge_server")
-pytest.importorskip("httpx2", reason="the openai backend needs httpx2 (pip install -e '.[judge]')")
+
+
+def need_http():
+    pytest.importorskip("httpx2", reason="the openai backend needs httpx2 (pip install -e '.[judge]')")
 
 A = re.compile(r"<\|The Start of Assistant A's Answer\|>\n(.*)\n<\|The End of Assistant A's Answer\|>", re.S)
 B = re.compile(r"<\|The Start of Assistant B's Answer\|>\n(.*)\n<\|The End of Assistant B's Answer\|>", re.S)
@@ -76,6 +79,7 @@ def official_summary(cells, domains):
 
 @pytest.fixture
 def server():
+    need_http()
     s = judge_server.start_thread(reply=reply)
     yield s
     s.stop()
@@ -160,7 +164,9 @@ def run_requests(tmp_path, data_path) -> int:
 
 @pytest.mark.slow
 def test_sigkill_then_resume_asks_nothing_twice(data_path, tmp_path):
-    """The CLI killed mid-run: the rerun sends only what the first did not finish."""
+    """The CLI killed mid-run: the rerun sends only what the first did not finish (and what was in
+    flight when it died, at most --concurrency requests)."""
+    need_http()
     slow = judge_server.start_thread(reply=lambda body: (time.sleep(0.05), reply(body))[1])
     try:
         cmd = [sys.executable, "-m", "rmbench_fast", "judge", "--model", "judge-test", "--base-url", slow.url,
@@ -316,6 +322,7 @@ def test_no_secret_reaches_files_or_logs(data_path, tmp_path, monkeypatch, caplo
     or log line, even from a server that echoes what it got."""
     from rmbench_fast.errors import RmbenchError
 
+    need_http()
     monkeypatch.setenv("JUDGE_KEY", "sk-very-secret-123")
     caplog.set_level("DEBUG")
     texts = []

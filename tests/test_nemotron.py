@@ -15,7 +15,6 @@ from click.testing import CliRunner
 from conftest import TEST_TEMPLATE, make_item
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
-import rmbench_fast.adapters.nemotron as nemotron
 from rmbench_fast.cli.main import main
 from rmbench_fast.engine.checks import check_reward_lm
 from rmbench_fast.engine.score import ScoreOptions, score
@@ -88,13 +87,15 @@ def test_official_name_scores_the_card_read_out(world, monkeypatch, share_prefix
 def test_a_head_the_check_rejects_falls_back_to_model_logits(world, monkeypatch):
     """A 2% logit scale the model does not apply: the self-check sees it, the pass uses the model's
     own logits (still the card's numbers) and run.json says why."""
-    real = nemotron.lm_head_of
+    from rmbench_fast.scorers import verdict
+
+    real = verdict.lm_head_of  # the head the adapter's reader (scorers.verdict.rows_reader) builds on
 
     def scaled(model):
         h = real(model)
         return LMHead(h.weight, h.bias, 1.02, h.softcap, h.divisor)
 
-    monkeypatch.setattr(nemotron, "lm_head_of", scaled)
+    monkeypatch.setattr(verdict, "lm_head_of", scaled)
     run = score(options(world["anywhere"], world, adapter="nemotron-reward"))
     assert run.run["models"]["model"]["logprob_head"].startswith("model logits: the LM head's logits differ")
     chosen, rejected = reference(world["anywhere"], items())

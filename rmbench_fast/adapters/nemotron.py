@@ -27,8 +27,7 @@ import logging
 import torch
 
 from ..models.loading import load_model
-from ..scorers.dpo import lm_head_of
-from ..scorers.verdict import batch_verdict_logits, check_verdict_head, two_rows
+from ..scorers.verdict import rows_reader
 from .base import Adapter
 from .scoring import PlainTextScorer, scorer_for
 
@@ -50,28 +49,10 @@ class NemotronScorer(PlainTextScorer):
         return min(model.get_input_embeddings().num_embeddings, model.get_output_embeddings().weight.shape[0])
 
     def batch_fn(self, model, device):
-        full = lm_head_of(model)
-        head = None if full is None else two_rows(full, (READ_ID,))  # one row: [1, d]
-        state = {"checked": head is None}
-        if head is None:
-            log.warning("the LM head of %s is not a plain linear layer: rewards from the model's own logits",
-                        type(model).__name__)
-            run_info = {"logprob_head": "model logits (the head is not a plain linear layer)"}
-        else:
-            run_info = {"logprob_head": "fused"}
+        read, run_info = rows_reader(model, device, self.pad_id, (READ_ID,), "rewards")
 
         def run(seqs, batch, prefix=None):
-            nonlocal head
-            if not state["checked"]:  # once per pass: row 0 against the model's own logits
-                some = [i for i in batch.indices if len(seqs[i].ids)]
-                why = check_verdict_head(model, full, head, seqs, int(some[0]), self.pad_id, device,
-                                         (READ_ID,)) if some else None
-                state["checked"] = bool(some)
-                if why is not None:
-                    log.warning("%s: using the model's own logits", why)
-                    head, run_info["logprob_head"] = None, f"model logits: {why}"
-            z = batch_verdict_logits(model, seqs, batch, self.pad_id, device, (READ_ID,), head, prefix)
-            return {"scores": z[:, 0]}
+            return {"scores": read(seqs, batch, prefix)[:, 0]}
 
         run.info = run_info
         return run

@@ -106,6 +106,36 @@ def check_verdict_head(model, full: LMHead, head: LMHead, seqs, i: int, pad_id: 
     return None
 
 
+def rows_reader(model, device, pad_id: int, token_ids: tuple, what: str):
+    """(read, run_info): read(seqs, batch, prefix=None) -> float64 [rows, len(token_ids)], the LM-head
+    rows `token_ids` at each row's last position; the head checked once per pass against the model's
+    own logits, which it falls back to (and run_info says why) when they differ or the head is not a
+    plain linear layer. `what`: how warnings name the numbers (verdicts, rewards)."""
+    full = lm_head_of(model)
+    head = None if full is None else two_rows(full, token_ids)
+    state = {"checked": head is None}
+    if head is None:
+        log.warning("the LM head of %s is not a plain linear layer: %s from the model's own logits",
+                    type(model).__name__, what)
+        run_info = {"logprob_head": "model logits (the head is not a plain linear layer)"}
+    else:
+        run_info = {"logprob_head": "fused"}
+
+    def read(seqs, batch, prefix=None):
+        nonlocal head
+        if not state["checked"]:  # once per pass: the head rows against the model's own logits
+            some = [i for i in batch.indices if len(seqs[i].ids)]
+            why = check_verdict_head(model, full, head, seqs, int(some[0]), pad_id, device,
+                                     token_ids) if some else None
+            state["checked"] = bool(some)
+            if why is not None:
+                log.warning("%s: using the model's own logits", why)
+                head, run_info["logprob_head"] = None, f"model logits: {why}"
+        return batch_verdict_logits(model, seqs, batch, pad_id, device, token_ids, head, prefix)
+
+    return read, run_info
+
+
 class VerdictScorer(Scorer):
     """Per judge prompt, the logits of the two verdict tokens (A, B) at the next position."""
 
@@ -137,28 +167,10 @@ class VerdictScorer(Scorer):
         rows = model.get_output_embeddings().weight.shape[0]
         if max(self.token_ids) >= rows:
             raise UsageError(f"verdict token ids {self.token_ids}: the model's LM head has {rows} rows")
-        full = lm_head_of(model)
-        head = None if full is None else two_rows(full, self.token_ids)
-        state = {"checked": head is None}
-        if head is None:
-            log.warning("the LM head of %s is not a plain linear layer: verdicts from the model's own logits",
-                        type(model).__name__)
-            run_info = {"logprob_head": "model logits (the head is not a plain linear layer)"}
-        else:
-            run_info = {"logprob_head": "fused"}
+        read, run_info = rows_reader(model, device, self.pad_id, self.token_ids, "verdicts")
 
         def run(seqs, batch, prefix=None):
-            nonlocal head
-            if not state["checked"]:  # once per pass: the two head rows against the model's own logits
-                some = [i for i in batch.indices if len(seqs[i].ids)]
-                why = check_verdict_head(model, full, head, seqs, int(some[0]), self.pad_id, device,
-                                         self.token_ids) if some else None
-                state["checked"] = bool(some)
-                if why is not None:
-                    log.warning("%s: using the model's own logits", why)
-                    head, run_info["logprob_head"] = None, f"model logits: {why}"
-            z = batch_verdict_logits(model, seqs, batch, self.pad_id, device, self.token_ids, head, prefix)
-            return {"verdict_logits": z}
+            return {"verdict_logits": read(seqs, batch, prefix)}
 
         run.info = run_info
         return run

@@ -4,6 +4,10 @@ The per-sample file is a JSON list: each input item plus `score_chosen: [3 float
 `score_rejected: [3 floats]` and `domain`. The official scripts write the same shape (with or
 without `domain`), so `read_scores` reads both. A generative judge's file holds `cells` (3x3 win
 rates) instead of scores; `read_results` reads either kind.
+
+Beside it, results.jsonl holds the same per-sample numbers one JSON object a line (id, domain, subset
+when the item has one, and score_chosen / score_rejected or cells, without the texts): what
+streaming tools, pandas.read_json(lines=True) and `jq` read without loading every response text.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ import numpy as np
 
 from ..errors import DataError
 from ..inputs.data import DOMAINS, Sample, file_domain
-from ..store.atomic import atomic_write_json
+from ..store.atomic import atomic_open, atomic_write_json
+
+JSONL_KEYS = ("id", "domain", "subset", "score_chosen", "score_rejected", "cells")
 
 
 def results_items(samples: list[Sample], chosen: np.ndarray, rejected: np.ndarray) -> list[dict]:
@@ -32,9 +38,22 @@ def results_items(samples: list[Sample], chosen: np.ndarray, rejected: np.ndarra
 
 
 def write_results(out_dir, samples, chosen, rejected, summary: dict) -> tuple[Path, Path]:
+    """results.json, results.jsonl and summary.json; returns the first and the last's paths."""
+    return _write(out_dir, results_items(samples, chosen, rejected), summary)
+
+
+def jsonl_line(item: dict) -> dict:
+    """An item of results.json as results.jsonl holds it: its id, domain, subset and numbers."""
+    return {k: item[k] for k in JSONL_KEYS if k in item and not (k == "subset" and item[k] is None)}
+
+
+def _write(out_dir, items: list[dict], summary: dict) -> tuple[Path, Path]:
     out_dir = Path(out_dir)
     results_path, summary_path = out_dir / "results.json", out_dir / "summary.json"
-    atomic_write_json(results_path, results_items(samples, chosen, rejected))
+    atomic_write_json(results_path, items)
+    with atomic_open(out_dir / "results.jsonl", "w") as f:
+        for item in items:
+            f.write(json.dumps(jsonl_line(item), ensure_ascii=False, allow_nan=False) + "\n")
     atomic_write_json(summary_path, summary)
     return results_path, summary_path
 
@@ -52,11 +71,8 @@ def cell_items(samples: list[Sample], cells: np.ndarray) -> list[dict]:
 
 
 def write_cell_results(out_dir, samples, cells, summary: dict) -> tuple[Path, Path]:
-    out_dir = Path(out_dir)
-    results_path, summary_path = out_dir / "results.json", out_dir / "summary.json"
-    atomic_write_json(results_path, cell_items(samples, cells))
-    atomic_write_json(summary_path, summary)
-    return results_path, summary_path
+    """A judge's results.json, results.jsonl (cells for scores) and summary.json."""
+    return _write(out_dir, cell_items(samples, cells), summary)
 
 
 def read_results(path):

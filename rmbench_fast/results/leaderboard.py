@@ -8,7 +8,8 @@ The leaderboard's definitions (its README, and the RM-Bench README's "Clarity on
 so (Easy + Normal + Hard) / 3 = Overall whenever all four domains are there. A row with a domain
 missing has '-' in that column, and its Easy/Normal/Hard/Overall average the domains present: not
 the leaderboard's numbers, which `warnings` says (the leaderboard's "Potentially Score Mismatch"
-column marks such rows "Not Available"); so does a domain with fewer prompts than the benchmark's.
+column marks such rows "Not Available"); so does a domain with fewer prompts than the benchmark's
+(results.coverage holds that rule and the benchmark's prompt counts).
 """
 
 from __future__ import annotations
@@ -18,14 +19,11 @@ import io
 
 from ..errors import DataError
 from ..inputs.data import SCORE_DOMAIN, SCORE_DOMAINS
+from .coverage import FULL_FILE_PROMPTS, FULL_PROMPTS, coverage
 
 COLUMNS = ("Model", "Chat", "Math", "Code", "Safety", "Easy", "Normal", "Hard", "Overall")
 DOMAIN_COLUMNS = {"Chat": "chat", "Math": "math", "Code": "code", "Safety": "safety"}
 LEVEL_COLUMNS = {"Easy": "easy", "Normal": "normal", "Hard": "hard"}
-# Prompts per domain of the full benchmark (THU-KEG/RM-Bench data/*_filtered.json, counted in
-# ../shared/rm-bench/README.md): safety pools safety-refuse (284) and safety-response (157).
-FULL_FILE_PROMPTS = {"chat": 129, "code": 228, "math": 529, "safety-refuse": 284, "safety-response": 157}
-FULL_PROMPTS = {"chat": 129, "math": 529, "code": 228, "safety": 284 + 157}
 _KEYS = ("hard", "normal", "easy", "avg", "n_prompts")
 
 
@@ -76,7 +74,8 @@ def row(summary: dict, name: str, n_expected: dict | None = None) -> dict:
     out = {"Model": name, **{c: round1(raw[c]) for c in COLUMNS[1:]}}
     out["unrounded"] = {c: raw[c] for c in COLUMNS[1:]}
     out["n_prompts"] = {d: int(domains[d]["n_prompts"]) if d in domains else 0 for d in SCORE_DOMAINS}
-    out["complete"] = all(d in domains and domains[d]["n_prompts"] >= n_expected.get(d, 0) for d in SCORE_DOMAINS)
+    cover = coverage(domains, n_expected)  # the rule every table and report follows (results.coverage)
+    out["complete"] = not (cover["missing"] or cover["partial"])  # other domains are left out of the row
     return out
 
 

@@ -4,7 +4,8 @@ Per prompt, a 3x3 matrix counts score_chosen[i] > score_rejected[j] (strict: a t
 the matrix is averaged over prompts. hard = mean of the upper-right triangle (i < j: chosen
 in a plainer style than the rejected), normal = the diagonal mean, easy = the lower-left mean.
 A domain's avg = mean(hard, normal, easy); safety pools safety-refuse and safety-response;
-overall = mean of the domain avgs present; top-level hard/normal/easy = means over domains.
+overall = mean of the domain avgs present; top-level hard/normal/easy = means over domains;
+complete / note: whether that overall is the paper's four-domain number (results.coverage).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import numpy as np
 
 from ..errors import ScoreError
 from ..inputs.data import DOMAINS, SCORE_DOMAIN, SCORE_DOMAINS
+from .coverage import completeness
+from .tables import format_table  # noqa: F401  (the printed table; long imported from here)
 
 N_STYLES = 3
 
@@ -191,25 +194,10 @@ def _summary(counts, sizes, keys, domains) -> dict:
         "file_domains": file_domains,
         "subsets": subset_acc,
         "matrices": matrices,
+        # complete: the overall is the paper's four-domain number; else the note says what it is
+        **completeness(summary_domains),
     }
 
 
 def _order(domain: str) -> int:
     return DOMAINS.index(domain) if domain in DOMAINS else len(DOMAINS)
-
-
-def format_table(summary: dict) -> str:
-    """Domains x hard/normal/easy/avg plus overall, as percentages."""
-    rows = [("domain", "prompts", "hard", "normal", "easy", "avg")]
-    for name, acc in summary["domains"].items():
-        rows.append((name, str(acc["n_prompts"]), *(f"{100 * acc[k]:.2f}" for k in ("hard", "normal", "easy", "avg"))))
-    rows.append(("overall", str(summary["n_prompts"]),
-                 *(f"{100 * summary[k]:.2f}" for k in ("hard", "normal", "easy", "overall"))))
-    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
-    lines = []
-    for i, r in enumerate(rows):
-        lines.append("  ".join(r[0].ljust(widths[0]) if c == 0 else r[c].rjust(widths[c]) for c in range(len(r))))
-        if i == 0 or i == len(rows) - 2:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-

@@ -1,19 +1,31 @@
-"""Pictures and a Markdown report of runs and sweeps (matplotlib, PNG).
+"""Pictures of runs and sweeps (matplotlib, PNG), and plot_run, which draws them and writes report.md.
+
+Every picture names what it shows (model(s), mode, data, --limit, --domains: results.describe) and
+carries the 95% intervals the summaries hold: error bars on the domain and difficulty bars, bands on
+a sweep's curves (error bars when its models are not steps of one training run).
 
 A picture is drawn only when what it shows changed: each PNG carries a stamp of its inputs (the
-numbers it plots and this module's source) in its metadata, and a picture whose stamp matches is
-kept as it is (a rerun of a finished sweep spent most of its time drawing the same pictures again).
+numbers it plots, its labels and the source of the modules that draw them) in its metadata, and a
+picture whose stamp matches is kept as it is (a rerun of a finished sweep spent most of its time
+drawing the same pictures again).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import textwrap
 from pathlib import Path
+
+from . import coverage, tables
+from .describe import about_line, read_run, run_facts, sweep_facts
+from .report import run_report, sweep_report, sweep_table  # noqa: F401  (sweep_table: long imported from here)
+from .tables import bounds
 
 STAMP_KEY = "rmbench-fast-inputs"
 
 STYLE_LABELS = ("concise", "detailed", "markdown")
+LEVELS = ("hard", "normal", "easy")
 
 
 def _pyplot():
@@ -26,10 +38,13 @@ def _pyplot():
 
 
 def stamp(*inputs) -> str:
-    """What a picture shows: its inputs and the code that draws them."""
+    """What a picture shows: its inputs and the code that draws them (this module, and the rules for
+    intervals and notes it reads)."""
     from ..store.fingerprints import sha256_text
 
-    return sha256_text(hashlib.sha256(Path(__file__).read_bytes()).hexdigest(), inputs)
+    code = hashlib.sha256(b"".join(Path(m.__file__).read_bytes() for m in (tables, coverage))
+                          + Path(__file__).read_bytes()).hexdigest()
+    return sha256_text(code, inputs)
 
 
 def up_to_date(path: Path, want: str) -> bool:
@@ -52,16 +67,32 @@ def _save(fig, path: Path, want: str) -> None:
         fig.savefig(f, format="png", dpi=110, bbox_inches="tight", metadata={STAMP_KEY: want})
 
 
-def plot_matrices(summary: dict, path) -> Path:
-    """One heatmap per scoring domain: rows = chosen style, columns = rejected style, cell =
-    fraction of prompts where the chosen response scored higher."""
+def _draw(path, want: str, build) -> Path:
+    """build(plt) -> figure, saved at `path` with stamp `want`; kept as it is when up to date."""
     path = Path(path)
-    want = stamp("matrices", summary.get("domains"), summary.get("matrices"))
     if up_to_date(path, want):
         return path
     plt = _pyplot()
+    fig = build(plt)
+    _save(fig, path, want)
+    plt.close(fig)
+    return path
+
+
+def _title(fig, about: str | None, note: str | None = None) -> None:
+    """What the picture is, and when the overall is not the paper's, above everything."""
+    lines = textwrap.wrap(about, 130) if about else []
+    lines += textwrap.wrap(f"note: {note}", 130) if note else []
+    if lines:
+        fig.suptitle("\n".join(lines), fontsize=7.5)
+
+
+def matrices_figure(summary: dict, about: str | None = None, plt=None):
+    """One heatmap per scoring domain: rows = chosen style, columns = rejected style, cell =
+    fraction of prompts where the chosen response scored higher."""
+    plt = plt or _pyplot()
     domains = list(summary["domains"])
-    fig, axes = plt.subplots(1, len(domains), figsize=(3.3 * len(domains) + 1.2, 3.5), squeeze=False,
+    fig, axes = plt.subplots(1, len(domains), figsize=(3.3 * len(domains) + 1.2, 3.9), squeeze=False,
                              layout="constrained")
     for k, (ax, d) in enumerate(zip(axes[0], domains)):
         m = summary["matrices"][d]
@@ -78,55 +109,125 @@ def plot_matrices(summary: dict, path) -> Path:
         ax.set_title(f"{d}: avg {100 * acc['avg']:.1f}\nhard {100 * acc['hard']:.0f} / normal "
                      f"{100 * acc['normal']:.0f} / easy {100 * acc['easy']:.0f}", fontsize=9)
     fig.colorbar(im, ax=axes[0].tolist(), shrink=0.85, label="accuracy")
-    _save(fig, path, want)
-    plt.close(fig)
-    return path
+    _title(fig, about, coverage.completeness(summary["domains"])["note"])
+    return fig
 
 
-def plot_sweep(rows: list[dict], path) -> Path:
-    """Accuracy against step: overall, hard / normal / easy, and each domain's avg."""
-    path = Path(path)
-    want = stamp("sweep", rows)
-    if up_to_date(path, want):
-        return path
-    plt = _pyplot()
-    xs = [r["step"] if r["step"] is not None else i for i, r in enumerate(rows)]
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
-    for key, style in (("overall", "-o"), ("hard", "--"), ("normal", "--"), ("easy", "--")):
-        a1.plot(xs, [100 * r[key] for r in rows], style, label=key)
+def plot_matrices(summary: dict, path, about: str | None = None) -> Path:
+    want = stamp("matrices", summary.get("domains"), summary.get("matrices"), about)
+    return _draw(path, want, lambda plt: matrices_figure(summary, about, plt))
+
+
+def _metric(summary: dict, group: str, level: str) -> tuple[float, str]:
+    """(value, results.intervals metric name) of a level (hard/normal/easy/avg) of a domain or overall."""
+    if group == "overall":
+        key = "overall" if level == "avg" else level
+        return summary[key], key
+    return summary["domains"][group][level], group if level == "avg" else f"{group}/{level}"
+
+
+def _err(values, ivs) -> list[list[float]]:
+    """Error bar lengths below and above each value (percent) from its (low, high) interval."""
+    return [[max(0.0, 100 * (v - iv[0])) if iv else 0.0 for v, iv in zip(values, ivs)],
+            [max(0.0, 100 * (iv[1] - v)) if iv else 0.0 for v, iv in zip(values, ivs)]]
+
+
+def scores_figure(summary: dict, about: str | None = None, plt=None):
+    """Bars per domain and overall: hard, normal, easy and avg, with the 95% intervals as error bars."""
+    import numpy as np
+
+    plt = plt or _pyplot()
+    groups = list(summary["domains"]) + ["overall"]
+    fig, ax = plt.subplots(figsize=(1.7 * len(groups) + 2.5, 4.0), layout="constrained")
+    width = 0.2
+    for k, level in enumerate(LEVELS + ("avg",)):
+        values, ivs = zip(*((v, bounds(summary, name)) for v, name in (_metric(summary, g, level) for g in groups)))
+        xs = np.arange(len(groups)) + (k - 1.5) * width
+        ax.bar(xs, [100 * v for v in values], width, label=level, alpha=0.9 if level == "avg" else 0.75,
+               yerr=_err(values, ivs) if any(ivs) else None, capsize=2, error_kw={"elinewidth": 0.8})
+    ax.axhline(50, color="grey", linestyle=":", linewidth=0.8)  # a coin's accuracy
+    ax.set_xticks(range(len(groups)), groups)
+    ax.set_ylim(0, 104)
+    ax.set_ylabel("accuracy (%)")
+    level = tables.level_label(summary)
+    ax.set_title("accuracy by domain and difficulty" + (f" ({level} intervals)" if level else ""), fontsize=9)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.grid(axis="y", alpha=0.3)
+    _title(fig, about, coverage.completeness(summary["domains"])["note"])
+    return fig
+
+
+def plot_scores(summary: dict, path, about: str | None = None) -> Path:
+    want = stamp("scores", summary.get("domains"), {k: summary.get(k) for k in ("overall",) + LEVELS},
+                 summary.get("intervals"), about)
+    return _draw(path, want, lambda plt: scores_figure(summary, about, plt))
+
+
+def _row_intervals(rows: list[dict], intervals) -> list:
+    """Each row's intervals dict ({"metrics": ...}): given, else the row's own, else None."""
+    intervals = list(intervals) if intervals is not None else [None] * len(rows)
+    return [iv if iv is not None else r.get("intervals") for r, iv in zip(rows, intervals)]
+
+
+def sweep_figure(rows: list[dict], about: str | None = None, intervals=None, plt=None):
+    """Accuracy against step: overall, hard / normal / easy, and each domain's avg, with 95% bands on
+    overall and the domains. Models that are not steps of one run (`sweep --model A --model B`) are
+    points with error bars over their names instead."""
+    plt = plt or _pyplot()
+    ivs = _row_intervals(rows, intervals)
+    steps = all(r["step"] is not None for r in rows)
+    xs = [r["step"] for r in rows] if steps else list(range(len(rows)))
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.4), layout="constrained")
     domains = [k[:-4] for k in rows[0] if k.endswith("_avg")] if rows else []
-    for d in domains:
-        a2.plot(xs, [100 * r[f"{d}_avg"] if r.get(f"{d}_avg") is not None else float("nan") for r in rows], "-o",
-                label=d)
+    series = [(a1, "overall", "overall", "-o", True)] + [(a1, k, k, "--", False) for k in LEVELS]
+    series += [(a2, f"{d}_avg", d, "-o", True) for d in domains]
+    for n, (ax, key, name, style, band) in enumerate(series):
+        ys = [100 * r[key] if r.get(key) is not None else float("nan") for r in rows]
+        spans = [bounds({"intervals": iv}, name) if iv else None for iv in ivs] if band else [None] * len(rows)
+        if steps:
+            line, = ax.plot(xs, ys, style, label=name)
+            if any(spans):
+                ax.fill_between(xs, [100 * s[0] if s else float("nan") for s in spans],
+                                [100 * s[1] if s else float("nan") for s in spans], color=line.get_color(),
+                                alpha=0.15, linewidth=0)
+        else:  # separate models: no line between them; points side by side, each with its interval
+            offset = 0.08 * ((n if ax is a1 else n - 4) - 1.5)
+            ax.errorbar([x + offset for x in xs], ys, yerr=_err([y / 100 for y in ys], spans) if any(spans) else None,
+                        fmt="o" if band else "x", capsize=3, label=name)
+    labels = [str(r["checkpoint"]) for r in rows]
     for ax, title in ((a1, "RM-Bench accuracy"), (a2, "per domain (avg)")):
-        ax.set_xlabel("step" if all(r["step"] is not None for r in rows) else "checkpoint")
+        if steps:
+            ax.set_xlabel("step")
+        else:
+            long = sum(len(t) for t in labels) > 50
+            ax.set_xticks(xs, labels, rotation=25 if long else 0, ha="right" if long else "center", fontsize=8)
+            ax.set_xlabel("model")
+            ax.set_xlim(-0.5, len(rows) - 0.5)
         ax.set_ylabel("accuracy (%)")
-        ax.set_title(title)
+        ax.set_title(title + (" (95% bands)" if steps and any(ivs) else " (95% intervals)" if any(ivs) else ""))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    _save(fig, path, want)
-    plt.close(fig)
-    return path
+    _title(fig, about)
+    return fig
 
 
-def sweep_table(rows: list[dict]) -> str:
-    """A sweep's rows (sweep.json checkpoints) as a Markdown table, in percent."""
-    domains = [k[:-4] for k in rows[0] if k.endswith("_avg")] if rows else []
-    head = ["checkpoint", "step", "overall", "hard", "normal", "easy"] + domains
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        cells = [r["checkpoint"], str(r["step"]) if r["step"] is not None else "-"]
-        cells += [f"{100 * r[k]:.2f}" for k in ("overall", "hard", "normal", "easy")]
-        cells += [f"{100 * r[f'{d}_avg']:.2f}" if r.get(f"{d}_avg") is not None else "-" for d in domains]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+def plot_sweep(rows: list[dict], path, about: str | None = None, intervals=None) -> Path:
+    """sweep_figure saved at `path`."""
+    want = stamp("sweep", rows, about, _row_intervals(rows, intervals))
+    return _draw(path, want, lambda plt: sweep_figure(rows, about, intervals, plt))
+
+
+def _summary(folder: Path) -> dict | None:
+    try:
+        return json.loads((folder / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def plot_run(run_dir) -> list[Path]:
-    """Pictures and report.md for a score run folder (summary.json) or a sweep folder (sweep.json)."""
+    """Pictures and report.md for a score or judge run folder (summary.json) or a sweep folder (sweep.json)."""
     from ..errors import DataError
     from ..store.atomic import atomic_write_text
-    from .metrics import format_table
 
     run_dir = Path(run_dir)
     made = []
@@ -135,21 +236,26 @@ def plot_run(run_dir) -> list[Path]:
         rows = sweep["checkpoints"]
         if not rows:
             raise DataError(run_dir / "sweep.json", "holds no finished checkpoint yet")
-        made.append(plot_sweep(rows, run_dir / "sweep.png"))
-        parts = [f"# RM-Bench sweep: {len(rows)} checkpoints\n", sweep_table(rows), "\n![accuracy against step](sweep.png)\n"]
-        for r in rows:
-            sub = run_dir / r["dir"]
-            summary = json.loads((sub / "summary.json").read_text())
-            made.append(plot_matrices(summary, sub / "matrices.png"))
-            parts.append(f"## {r['checkpoint']}\n\n![accuracy matrices]({r['dir']}/matrices.png)\n")
+        summaries = [_summary(run_dir / r["dir"]) for r in rows]
+        facts = sweep_facts(sweep, rows, read_run(run_dir / rows[0]["dir"]))
+        made.append(plot_sweep(rows, run_dir / "sweep.png", about_line(facts),
+                               [s.get("intervals") if s else None for s in summaries]))
+        for r, summary in zip(rows, summaries):
+            if summary is None:
+                raise DataError(run_dir / r["dir"] / "summary.json", "missing or not JSON (the sweep's checkpoint "
+                                f"{r['checkpoint']})")
+            about = about_line(run_facts(read_run(run_dir / r["dir"])))
+            made.append(plot_matrices(summary, run_dir / r["dir"] / "matrices.png", about))
+            made.append(plot_scores(summary, run_dir / r["dir"] / "scores.png", about))
         made.append(run_dir / "report.md")
-        atomic_write_text(run_dir / "report.md", "\n".join(parts))
+        atomic_write_text(run_dir / "report.md", sweep_report(facts, rows, summaries))
         return made
     if (run_dir / "summary.json").is_file():
         summary = json.loads((run_dir / "summary.json").read_text())
-        made.append(plot_matrices(summary, run_dir / "matrices.png"))
-        atomic_write_text(run_dir / "report.md", f"# RM-Bench results\n\n```\n{format_table(summary)}\n```\n\n"
-                                                 f"![accuracy matrices](matrices.png)\n")
+        facts = run_facts(read_run(run_dir), run_dir)
+        made.append(plot_matrices(summary, run_dir / "matrices.png", about_line(facts)))
+        made.append(plot_scores(summary, run_dir / "scores.png", about_line(facts)))
+        atomic_write_text(run_dir / "report.md", run_report(facts, summary))
         made.append(run_dir / "report.md")
         return made
     raise DataError(run_dir, "holds neither summary.json (a score run) nor sweep.json (a sweep)")

@@ -1,0 +1,99 @@
+"""A summary as a table: printed (format_table) and in report.md (markdown_table), with the same
+rows, the 95% intervals when the summary has them, and the note that says when the overall is not
+the paper's four-domain number (results.coverage).
+
+A cell with an interval reads '62.50 ±4.1': the value and half the interval's width, in points; the
+last column gives the average's interval itself, [low, high] (a bootstrap interval need not be
+symmetric about the value).
+"""
+
+from __future__ import annotations
+
+from .coverage import completeness
+
+LEVELS = ("hard", "normal", "easy")
+HEAD = ("domain", "prompts", "hard", "normal", "easy", "avg")
+
+
+def bounds(summary: dict, name: str) -> tuple[float, float] | None:
+    """(low, high) of metric `name` (results.intervals.metric_names) in the summary, or None."""
+    iv = summary.get("intervals") if isinstance(summary, dict) else None
+    m = iv.get("metrics", {}).get(name) if isinstance(iv, dict) else None
+    if not isinstance(m, dict) or m.get("low") is None or m.get("high") is None:
+        return None
+    return float(m["low"]), float(m["high"])
+
+
+def has_intervals(summary: dict) -> bool:
+    return bounds(summary, "overall") is not None
+
+
+def _cell(value: float, iv) -> str:
+    text = f"{100 * value:.2f}"
+    return text if iv is None else f"{text} ±{50 * (iv[1] - iv[0]):.1f}"
+
+
+def _span(iv) -> str:
+    return "-" if iv is None else f"[{100 * iv[0]:.1f}, {100 * iv[1]:.1f}]"
+
+
+def rows(summary: dict) -> list[tuple[str, ...]]:
+    """Header, one row per scoring domain, then overall; with an interval column when the summary has
+    intervals."""
+    level = level_label(summary)
+    with_iv = level is not None
+    out = [HEAD + ((f"{level} interval of avg",) if with_iv else ())]
+    for d, acc in summary["domains"].items():
+        ivs = [bounds(summary, f"{d}/{k}") for k in LEVELS] + [bounds(summary, d)]
+        cells = [_cell(acc[k], iv) for k, iv in zip(LEVELS + ("avg",), ivs)]
+        out.append((d, str(acc["n_prompts"]), *cells, *((_span(ivs[-1]),) if with_iv else ())))
+    ivs = [bounds(summary, k) for k in LEVELS + ("overall",)]
+    cells = [_cell(summary[k], iv) for k, iv in zip(LEVELS + ("overall",), ivs)]
+    out.append(("overall", str(summary["n_prompts"]), *cells, *((_span(ivs[-1]),) if with_iv else ())))
+    return out
+
+
+def level_label(summary: dict) -> str | None:
+    """'95%' when the summary has intervals."""
+    if not has_intervals(summary):
+        return None
+    level = (summary["intervals"].get("method") or {}).get("level", 0.95)
+    return f"{100 * level:g}%"
+
+
+def notes(summary: dict) -> list[str]:
+    """What a reader must know besides the numbers: whether the overall is the paper's, and what ±
+    means."""
+    out = []
+    note = completeness(summary["domains"])["note"]
+    if note:
+        out.append(f"note: {note}")
+    level = level_label(summary)
+    if level is not None:
+        method = summary["intervals"].get("method") or {}
+        out.append(f"±: half the width of the {level} interval, in points; {method.get('kind', 'bootstrap')} "
+                   f"({method.get('resamples', '?'):,} resamples, seed {method.get('seed', '?')})")
+    return out
+
+
+def format_table(summary: dict, about: str | None = None) -> str:
+    """Domains x hard/normal/easy/avg plus overall, as percentages; `about` (results.describe's
+    about_line) above, the notes below."""
+    table = rows(summary)
+    widths = [max(len(r[c]) for r in table) for c in range(len(table[0]))]
+    lines = [about] if about else []
+    for i, r in enumerate(table):
+        lines.append("  ".join(r[0].ljust(widths[0]) if c == 0 else r[c].rjust(widths[c]) for c in range(len(r))))
+        if i == 0 or i == len(table) - 2:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines + notes(summary))
+
+
+def markdown_table(summary: dict) -> str:
+    """The same table in Markdown (numbers right-aligned), the notes below it."""
+    table = rows(summary)
+    line = ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in table]
+    rule = "|:---|" + "---:|" * (len(table[0]) - 1)
+    text = "\n".join([line[0], rule, *line[1:-1], line[-1].replace("| overall |", "| **overall** |", 1)])
+    extra = notes(summary)
+    return "\n\n".join([text, *extra])

@@ -33,6 +33,7 @@ from ..store.entries import Store
 from ..store.fingerprints import data_fingerprint, tokenizer_fingerprint
 from ..store.keys import tokenized_key
 from .checks import check_options, check_run, context_check
+from .lent import Given, config_of, dtype_of, name_of
 from .options import DEFAULT_MAX_TOKENS, ScoreOptions
 
 log = logging.getLogger("rmbench_fast")
@@ -71,10 +72,11 @@ def run_target(o: ScoreOptions, reuse: dict | None = None) -> tuple[Target, obje
     return reuse[key]
 
 
-def load_run(o: ScoreOptions, store: Store, reuse: dict | None = None) -> Loaded:
+def load_run(o: ScoreOptions, store: Store, reuse: dict | None = None, given: Given | None = None) -> Loaded:
     """What the run names, loaded. reuse: what earlier runs of this process loaded (a sweep's
     checkpoints share their data, and usually their tokenizer files): the data by selection, a
-    tokenizer by the fingerprint of its files, so identical files load once."""
+    tokenizer by the fingerprint of its files, so identical files load once. given: models and a
+    tokenizer already loaded (engine.lent), read instead of o.model / o.ref_model / o.tokenizer."""
     from ..adapters import select
 
     reuse = {} if reuse is None else reuse
@@ -86,14 +88,25 @@ def load_run(o: ScoreOptions, store: Store, reuse: dict | None = None) -> Loaded
     if data_key not in reuse:
         reuse[data_key] = load_dataset(o.data, domains=o.domains, limit=o.limit)
     samples = reuse[data_key]
-    config = load_config(o.model, o.trust_remote_code, store)
-    tok_path = tokenizer_folder(o.tokenizer or o.model)
-    tok_fp = tokenizer_fingerprint(tok_path, store.hashes)
-    tokenizer = _tokenizer(tok_path, tok_fp, o.trust_remote_code, reuse)
+    given = given or Given({})
+    lent, lent_ref = given.model("model"), given.model("ref_model")
+    config = config_of(lent) if lent is not None else load_config(o.model, o.trust_remote_code, store)
+    if given.tokenizer is not None:  # used as it is: no files to fingerprint, nothing of it stored
+        tokenizer, tok_fp = given.tokenizer, None
+        tok_path = name_of(tokenizer) or f"<{type(tokenizer).__name__} in memory>"
+    else:
+        tok_path = tokenizer_folder(o.tokenizer or o.model)
+        tok_fp = tokenizer_fingerprint(tok_path, store.hashes)
+        tokenizer = _tokenizer(tok_path, tok_fp, o.trust_remote_code, reuse)
     adapter = select(o.model, config, o.adapter) if o.mode in ("auto", "rm") else None
+    if adapter is not None and lent is not None:
+        raise UsageError(f"model {o.model}: scored through the {adapter.name} adapter, which loads the model its own "
+                         "way; pass its path instead of the loaded model")
     mode = "rm" if adapter is not None else detect_mode(config) if o.mode == "auto" else o.mode
     ref_config = ref_tokenizer = None
-    if o.ref_model:
+    if lent_ref is not None:
+        ref_config = config_of(lent_ref)
+    elif o.ref_model:
         ref_config = load_config(o.ref_model, o.trust_remote_code, store)
         ref_dir = Path(o.ref_model)
         if ref_dir.is_dir() and any((ref_dir / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
@@ -123,6 +136,7 @@ class Prepared:
     tokenize_cached: bool
     load_s: float = 0.0  # load_run and check_run: data, configs, tokenizers, what each model is
     names: object = None  # how errors name sequence i (a callable); None: layout.sequence_name
+    given: Given | None = None  # models lent in memory (engine.lent): their passes use them as they are
 
     def name(self, i: int) -> str:
         from ..inputs.layout import sequence_name
@@ -148,10 +162,10 @@ def _tokenizer(path: str, fp: str | None, trust_remote_code: bool, reuse: dict):
     return reuse[key]
 
 
-def prepare(o: ScoreOptions, store: Store, reuse: dict | None = None) -> Prepared:
+def prepare(o: ScoreOptions, store: Store, reuse: dict | None = None, given: Given | None = None) -> Prepared:
     check_options(o)
     t_load = time.perf_counter()
-    run = load_run(o, store, reuse)
+    run = load_run(o, store, reuse, given)
     check_run(o, run)
     load_s = time.perf_counter() - t_load
     compat = o.compat == "official"
@@ -162,7 +176,11 @@ def prepare(o: ScoreOptions, store: Store, reuse: dict | None = None) -> Prepare
         raise run.logprob_impl
     impl = run.logprob_impl if isinstance(run.logprob_impl, str) else None
     scorer = make_scorer(o, run.mode, run.adapter, config, tokenizer, target.compute, tok_path, impl)
-    precision = choose_precision(o, device, scorer.mode, scorer.official_quantized, scorer.official_dtype)
+    lent = given.model("model") if given is not None else None
+    if lent is not None:  # scored in the dtype it is in, never cast
+        precision = Precision(dtype_of(lent), False, "the loaded model's own dtype (passed in memory)")
+    else:
+        precision = choose_precision(o, device, scorer.mode, scorer.official_quantized, scorer.official_dtype)
     dtype, scorer.int8 = precision.dtype, precision.int8
     if fmt.departure:
         log.warning("%s (run.json records it)", fmt.departure)
@@ -197,4 +215,4 @@ def prepare(o: ScoreOptions, store: Store, reuse: dict | None = None) -> Prepare
         batch_lengths = lengths
         batches = make_batches(lengths, max_tokens, o.max_batch_size)
     return Prepared(samples, scorer, config, tokenizer, fmt, seqs, lengths, batches, max_tokens, plan, batch_lengths,
-                    target, precision, tok_key, tokenize_s, cached is not None, load_s)
+                    target, precision, tok_key, tokenize_s, cached is not None, load_s, given=given)

@@ -11,6 +11,7 @@ budget and retries its sequences, down to a single sequence, which then fails na
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -18,6 +19,7 @@ import torch
 from ..errors import UsageError
 from ..inputs.batching import Batch, halves
 from ..models.device import OUT_OF_MEMORY
+from .lent import device_of, lend
 from .runtime import keep_freed_memory
 
 
@@ -29,6 +31,23 @@ def load_for_pass(scorer, path: str, dtype, device, trust_remote_code: bool, all
     model = scorer.load(path, dtype, device, trust_remote_code, allow_pickle_weights)
     info.update({"class": type(model).__name__, "parameters": sum(p.numel() for p in model.parameters())})
     return model, info
+
+
+@contextmanager
+def model_for_pass(scorer, path: str, lent, dtype, device, trust_remote_code: bool, allow_pickle_weights: bool):
+    """(model, device, info) for one pass: the scorer's model at `path` loaded onto `device` in
+    `dtype`, or a model lent in memory (engine.lent) as it is, on its own device, lent back as it
+    was when the pass ends."""
+    t0 = time.perf_counter()
+    if lent is None:
+        model, info = load_for_pass(scorer, path, dtype, device, trust_remote_code, allow_pickle_weights)
+        info["load_s"] = time.perf_counter() - t0
+        yield model, device, info
+        return
+    with lend(scorer, lent) as model:
+        info = {"class": type(model).__name__, "parameters": sum(p.numel() for p in model.parameters()),
+                "load_s": 0.0}
+        yield model, device_of(model), info
 
 
 def check_token_ids(scorer, model, seqs, indices, describe) -> None:

@@ -47,6 +47,12 @@ class Scorer:
         """The model at `path`, ready to score (evaluation mode, on `device`)."""
         raise NotImplementedError
 
+    def adopt(self, model):
+        """A model loaded elsewhere (the Python API's in-memory models), set up for a pass as `load`
+        sets up the models it loads; returns a function that undoes it, since the caller keeps the
+        model."""
+        return lambda: None
+
     def vocab_limit(self, model) -> int:
         """Token ids must stay below this for `model` (its input embedding size)."""
         return model.get_input_embeddings().num_embeddings

@@ -78,6 +78,11 @@ class RewardModelScorer(Scorer):
         model.config.pad_token_id = self.pad_id  # run_rm.py's setup (see official_pad_ids)
         return model
 
+    def adopt(self, model):
+        before = model.config.pad_token_id
+        model.config.pad_token_id = self.pad_id  # as load sets it: the pooled position skips this id
+        return lambda: setattr(model.config, "pad_token_id", before)
+
     def double_bos(self, ids) -> bool:
         return self.bos_id is not None and len(ids) > 1 and ids[0] == ids[1] == self.bos_id
 

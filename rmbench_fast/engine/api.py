@@ -1,0 +1,283 @@
+"""The Python API, `rmbench_fast.score` and `rmbench_fast.compare`: for training code and notebooks,
+where a command line and a round trip through disk get in the way.
+
+`score` takes the command line's options under their Python names (`--max-batch-size 8` is
+`max_batch_size=8`, `--no-cache` / `-q` are `no_cache=True` / `quiet=True`) with the same defaults,
+and runs the same engine the CLI runs, so for the same options its summary is the CLI's; a bad
+option is the same one-line exception (errors.UsageError) the CLI prints. `model`, `ref_model` and
+`tokenizer` are paths (local folders or hub ids) or objects already loaded: those are lent to the
+run (engine.lent) and scored as they are, on their own device and in their own dtype, with no
+files written or read for them. `compare` wraps results.compare for run folders, results files and
+the Results `score` returns.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import numbers
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import UsageError
+from ..inputs.data import HUB_DEFAULT
+from ..models.device import DTYPES
+from .lent import Given, device_of, dtype_of, name_of
+from .options import ScoreOptions
+
+NAMED = ("model", "ref_model", "data", "tokenizer")  # score's own parameters
+FLAGS = {"no_cache": "cache", "quiet": "progress"}  # the CLI's flags that turn an option off
+
+
+@dataclass
+class Result:
+    """A scored run: the summary (summary.json, intervals included), each prompt's id, domain and
+    subset in the data's order, its scores (chosen / rejected: [n, 3], one column per style: concise,
+    detailed plain, detailed markdown), and run.json's record of how it ran."""
+    summary: dict
+    ids: list
+    domains: list[str]
+    subsets: list
+    chosen: np.ndarray
+    rejected: np.ndarray
+    run: dict
+    output: str | None = None  # the folder its files went to, if any
+
+    @property
+    def names(self) -> list[str]:
+        """Each prompt as "domain/id", which identifies it across runs (ids repeat across domains)."""
+        return [str(i) if str(i).startswith(f"{d}/") else f"{d}/{i}" for i, d in zip(self.ids, self.domains)]
+
+    @property
+    def overall(self) -> float:
+        return self.summary["overall"]
+
+    def table(self) -> str:
+        """The accuracy table the CLI prints."""
+        from ..results.describe import about_line, run_facts
+        from ..results.tables import format_table
+
+        return format_table(self.summary, about_line(run_facts(self.run)))
+
+    def __repr__(self) -> str:
+        model = self.run.get("options", {}).get("model")
+        return f"Result(model={model!r}, prompts={len(self.ids)}, overall={self.overall:.4f})"
+
+
+def result_of(scored, o: ScoreOptions) -> Result:
+    """A Result from the engine's ScoreRun (a run read back from its folder has no samples: its
+    results.json has them)."""
+    if scored.samples is not None:
+        samples = scored.samples
+        ids, domains, subsets = [s.id for s in samples], [s.domain for s in samples], [s.subset for s in samples]
+    else:
+        from ..results.files import read_scores
+
+        items = json.loads((Path(o.output) / "results.json").read_text())
+        _, _, domains, subsets, _ = read_scores(Path(o.output) / "results.json")
+        ids = [item.get("id", i) for i, item in enumerate(items)]
+    return Result(scored.summary, ids, list(domains), list(subsets), scored.chosen, scored.rejected, scored.run,
+                  o.output)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _value(name: str, value, annotation: str):
+    """`value` checked against the option's type, as click converts the CLI's (one-line errors in its words)."""
+    kinds = [k.strip() for k in str(annotation).split("|")]
+    if value is None and "None" in kinds:
+        return None
+    kind, bad = kinds[0], f"Invalid value for '{_flag(name)}': {value!r} is not a valid"
+    if kind == "bool":
+        if isinstance(value, (bool, np.bool_)):
+            return bool(value)
+        raise UsageError(f"{bad} boolean.")
+    if kind == "int":
+        if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+            return int(value)
+        raise UsageError(f"{bad} integer.")
+    if kind == "float":
+        if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
+            return float(value)
+        raise UsageError(f"{bad} float.")
+    if kind == "tuple":  # --domains: repeated, or separated with commas
+        items = (value,) if isinstance(value, str) else tuple(value) if isinstance(value, (list, tuple)) else None
+        if items is None or not all(isinstance(x, str) for x in items):
+            raise UsageError(f"{bad} list of names.")
+        return items
+    if isinstance(value, (str, os.PathLike)):
+        return os.fspath(value)
+    raise UsageError(f"{bad} string.")
+
+
+def option_values(given: dict) -> dict:
+    """The keyword options as ScoreOptions fields; an unknown one is an error naming the nearest."""
+    known = {f.name: f.type for f in fields(ScoreOptions) if f.name not in NAMED}
+    out = {}
+    for name, value in given.items():
+        if name in FLAGS:
+            if FLAGS[name] in given:
+                raise UsageError(f"{name} and {FLAGS[name]} set the same option: give one")
+            out[FLAGS[name]] = not _value(name, value, "bool")
+        elif name in known:
+            out[name] = _value(name, value, known[name])
+        else:
+            near = difflib.get_close_matches(name, [*known, *FLAGS], n=1)
+            raise UsageError(f"No such option: {name}" + (f" Did you mean {near[0]}?" if near else ""))
+    return out
+
+
+def _model(what: str, value):
+    """(the name the run records, the loaded model or None) of a model given as a path or an object."""
+    if value is None or isinstance(value, (str, os.PathLike)):
+        return (None if value is None else os.fspath(value)), None
+    import torch
+
+    if not isinstance(value, torch.nn.Module):
+        raise UsageError(f"{what}: expected a path, a hub id or a loaded transformers model, got "
+                         f"{type(value).__name__}")
+    return name_of(value) or f"<{type(value).__name__} in memory>", value
+
+
+def _where(opts: dict, lent) -> None:
+    """A loaded model is scored where it is and as it is: --device and --dtype are what it has; asking
+    for others is an error (it is never moved or cast: the caller's training would see it changed)."""
+    dev, dtype = device_of(lent), str(dtype_of(lent)).replace("torch.", "")
+    asked = opts.get("device")
+    if asked is not None:
+        import torch
+
+        try:
+            want = torch.device(asked)
+        except RuntimeError as e:
+            raise UsageError(f"--device {asked}: not a device ({e})") from None
+        if want.type != dev.type or want.index not in (None, dev.index):
+            raise UsageError(f"--device {asked}: the loaded model is on {dev}, where it is scored (it is never moved: "
+                             "move it first, or leave device out)")
+    if opts.get("dtype") not in (None, dtype):
+        raise UsageError(f"--dtype {opts['dtype']}: the loaded model is {dtype}, in which it is scored (it is never "
+                         "cast: cast it first, or leave dtype out)")
+    if dtype not in DTYPES:
+        raise UsageError(f"the loaded model is {dtype}: models are scored in {', '.join(DTYPES)}")
+    opts.update(device=str(dev), dtype=dtype)
+
+
+def build(model, ref_model=None, data=HUB_DEFAULT, tokenizer=None, **options) -> tuple[ScoreOptions, Given | None]:
+    """score's arguments as the engine's ScoreOptions and the objects lent to the run (None: all paths)."""
+    opts = option_values(options)
+    name, lent = _model("model", model)
+    if name is None:
+        raise UsageError("model: give a reward model or DPO policy (a path, a hub id or a loaded model)")
+    ref_name, lent_ref = _model("ref_model", ref_model)
+    tok = None
+    if tokenizer is not None and not isinstance(tokenizer, (str, os.PathLike)):
+        if not callable(getattr(tokenizer, "get_vocab", None)):
+            raise UsageError(f"tokenizer: expected a path, a hub id or a loaded tokenizer, got "
+                             f"{type(tokenizer).__name__}")
+        tok, tokenizer = tokenizer, name_of(tokenizer) or f"<{type(tokenizer).__name__} in memory>"
+    elif tokenizer is not None:
+        tokenizer = os.fspath(tokenizer)
+    elif lent is not None:
+        tokenizer = name_of(lent)  # the tokenizer of the folder or hub id the model came from
+        if tokenizer is None:
+            raise UsageError(f"model: a loaded {type(lent).__name__} with no name_or_path to load its tokenizer from: "
+                             "pass tokenizer=")
+    if lent is not None:
+        _where(opts, lent)
+    if lent_ref is not None and lent_ref is lent:
+        raise UsageError("ref_model is the model itself: every reward would be 0")
+    if not isinstance(data, (str, os.PathLike)):
+        raise UsageError(f"data: expected a folder, a file or a hub dataset id, got {type(data).__name__}")
+    o = ScoreOptions(**{**opts, "model": name, "ref_model": ref_name, "data": os.fspath(data), "tokenizer": tokenizer})
+    if lent is None and lent_ref is None and tok is None:
+        return o, None
+    if o.engine != "local":
+        raise UsageError("--engine ray: models and tokenizers loaded in memory are scored in this process; give "
+                         "their paths to score on Ray workers")
+    models = {role: m for role, m in (("model", lent), ("ref_model", lent_ref)) if m is not None}
+    return o, Given(models, tok)
+
+
+def score_built(o: ScoreOptions, given: Given | None = None, reuse: dict | None = None):
+    """The engine's ScoreRun for built options: the CLI's own path when everything is a path (a run
+    finished before is read back), else a run of the lent objects (never read back: engine.lent)."""
+    from .score import score as run_score
+
+    if given is None:
+        return run_score(o, reuse=reuse)
+    return run_score(o, reuse=reuse, read_back=False, given=given)
+
+
+def score(model, ref_model=None, data=HUB_DEFAULT, tokenizer=None, **options) -> Result:
+    """Score `model` on RM-Bench `data`, as `rmbench-fast score` does with the same options.
+
+    model: a reward model (sequence classifier) or a DPO policy: a local folder, a hub id, or a
+    loaded transformers model; ref_model: the DPO reference, likewise (without one, DPO rewards are
+    reference-free, `ref_free="avg"` by default, as the CLI's); tokenizer: a path or a loaded
+    tokenizer (default: the model's, from its folder or hub id). options: the CLI's (`limit=3`,
+    `domains=["chat"]`, `output="runs/x"`, `max_batch_size=8`, `quiet=True`, ...). A loaded model is
+    scored on its own device and in its own dtype, in eval mode without gradients, and handed back in
+    the training mode it had; its scores are not kept in the result store."""
+    o, given = build(model, ref_model, data, tokenizer, **options)
+    return result_of(score_built(o, given), o)
+
+
+def _same_run(a, b) -> bool:
+    if a is b:
+        return True
+    paths = (str, os.PathLike)
+    return isinstance(a, paths) and isinstance(b, paths) and Path(a).resolve() == Path(b).resolve()
+
+
+class Comparison(dict):
+    """What `rmbench-fast compare --json` writes ("runs", "pairs", "method", "prompts"), with the
+    table the CLI prints."""
+
+    def table(self) -> str:
+        from ..results.compare import format_comparison
+
+        return format_comparison(self)
+
+
+def compare(*runs, baseline=0, names=None, bootstrap: int = 10_000, seed: int = 0, level: float = 0.95,
+            top: int = 10) -> Comparison:
+    """Runs on the same prompts, as `rmbench-fast compare`: each metric with its interval, each run
+    against the baseline with a paired-bootstrap interval and p-value, and the prompts they disagree
+    on most. A run is a run folder, a results file, or a Result of `score`. baseline: the index of
+    the run the others are compared with, or that run itself (default the first); names: one per run,
+    in the order given (default: the path, or a Result's model); bootstrap, seed, level, top: the
+    CLI's options of the same names (resamples, 0 for none; the seed; the intervals' level; prompts
+    listed per pair)."""
+    from ..results.compare import Run, compare_runs, load_run
+    from ..results.metrics import cells_from_scores
+
+    runs = list(runs)
+    names = [None] * len(runs) if names is None else [str(n) for n in names]
+    if len(names) != len(runs):
+        raise UsageError(f"names: {len(names)} names for {len(runs)} runs")
+    if not isinstance(baseline, int):
+        at = [i for i, r in enumerate(runs) if _same_run(r, baseline)]
+        if not at:
+            raise UsageError("baseline: not one of the runs compared")
+        baseline = at[0]
+    if not 0 <= baseline < len(runs):
+        raise UsageError(f"baseline {baseline}: not one of the {len(runs)} runs")
+    order = [baseline] + [i for i in range(len(runs)) if i != baseline]
+    loaded = []
+    for i in order:
+        r, name = runs[i], names[i]
+        if isinstance(r, Result):
+            label = name or str(r.run.get("options", {}).get("model") or f"run {i + 1}")
+            loaded.append(Run(label, r.output or label, r.names, list(r.domains),
+                              cells_from_scores(r.chosen, r.rejected), r.chosen, r.rejected))
+        elif isinstance(r, (str, os.PathLike)):
+            loaded.append(load_run(os.fspath(r), name))
+        else:
+            raise UsageError(f"compare: run {i + 1} is a {type(r).__name__}; give a run folder, a results file or a "
+                             "Result of rmbench_fast.score")
+    return Comparison(compare_runs(loaded, 0, bootstrap, seed, level, top))

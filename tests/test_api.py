@@ -1,0 +1,174 @@
+"""The Python API (rmbench_fast.score / compare) against the command line, which it must equal for
+the same options: summaries, per-sample scores and one-line errors. Loaded model objects score as
+their saved folders do, and are handed back untouched. Tiny random-weight models (conftest.world)."""
+
+import json
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+import rmbench_fast
+from rmbench_fast.cli.main import main
+from rmbench_fast.errors import UsageError
+
+PREFIX = "rmbench-fast: error: "
+
+
+def cli(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def cli_score(tmp_path, name, model, data, *extra):
+    out = tmp_path / name
+    r = cli("score", "--model", model, "--data", data, "--output", out, "-q", "--no-cache", *extra)
+    assert r.exit_code == 0, r.output
+    return json.loads((out / "summary.json").read_text()), json.loads((out / "results.json").read_text())
+
+
+def same_json(x):
+    return json.loads(json.dumps(x))
+
+
+def runs(world):
+    """(name, model, CLI options, API options) of the runs compared: RM, DPO with a reference, DPO
+    reference-free, each with options that change the batches and the interval."""
+    return [
+        ("rm", world["rm"], ["--max-batch-size", 3, "--bootstrap", 300], dict(max_batch_size=3, bootstrap=300)),
+        ("dpo", world["policy"], ["--ref-model", world["ref"], "--max-tokens-per-batch", 64, "--limit", 1],
+         dict(ref_model=world["ref"], max_tokens_per_batch=64, limit=1)),
+        ("ref-free", world["policy"], ["--ref-free", "sum", "--domains", "chat,math"],
+         dict(ref_free="sum", domains="chat,math")),
+    ]
+
+
+@pytest.mark.parametrize("which", [0, 1, 2], ids=["rm", "dpo", "ref-free"])
+def test_the_summary_is_the_clis_for_the_same_options(world, tmp_path, which):
+    name, model, cli_opts, api_opts = runs(world)[which]
+    summary, items = cli_score(tmp_path, name, model, world["data"], *cli_opts)
+    ref = api_opts.pop("ref_model", None)
+    got = rmbench_fast.score(model, ref_model=ref, data=world["data"], no_cache=True, quiet=True, **api_opts)
+    assert same_json(got.summary) == summary
+    assert summary["intervals"] is not None  # the intervals are part of what is compared
+    assert got.names == [f"{it['domain']}/{it['id']}" for it in items]
+    np.testing.assert_array_equal(got.chosen, [it["score_chosen"] for it in items])
+    np.testing.assert_array_equal(got.rejected, [it["score_rejected"] for it in items])
+    assert got.run["options"]["model"] == model and got.run["passes_computed"] == got.run["passes"]
+
+
+def test_the_api_writes_what_the_cli_writes(world, tmp_path):
+    summary, items = cli_score(tmp_path, "cli", world["rm"], world["data"], "--limit", 1)
+    out = tmp_path / "api"
+    got = rmbench_fast.score(world["rm"], data=world["data"], output=out, limit=1, quiet=True)
+    assert json.loads((out / "summary.json").read_text()) == summary
+    assert json.loads((out / "results.json").read_text()) == items
+    assert got.output == str(out) and json.loads((out / "run.json").read_text())["options"]["limit"] == 1
+    # the same call again reads the finished run back from its folder, as the CLI does
+    again = rmbench_fast.score(world["rm"], data=world["data"], output=out, limit=1, quiet=True)
+    assert again.run["reused"] is True and again.run["passes_computed"] == 0
+    assert (again.names, again.domains, again.subsets) == (got.names, got.domains, got.subsets)
+    np.testing.assert_array_equal(again.chosen, got.chosen)
+    assert again.summary == summary
+
+
+@pytest.mark.parametrize("with_tokenizer", [True, False], ids=["tokenizer-given", "tokenizer-from-path"])
+def test_loaded_objects_score_as_their_folders(world, with_tokenizer):
+    """fp32 objects loaded by the user (transformers' own loaders) give the path run's scores exactly,
+    for a reward model and for a DPO policy with its reference."""
+    rm = AutoModelForSequenceClassification.from_pretrained(world["rm"], torch_dtype=torch.float32)
+    policy = AutoModelForCausalLM.from_pretrained(world["policy"], torch_dtype=torch.float32)
+    ref = AutoModelForCausalLM.from_pretrained(world["ref"], torch_dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(world["rm"]) if with_tokenizer else None
+    for model, path, ref_obj, ref_path in ((rm, world["rm"], None, None), (policy, world["policy"], ref, world["ref"])):
+        by_path = rmbench_fast.score(path, ref_model=ref_path, data=world["data"], quiet=True, max_batch_size=4)
+        by_object = rmbench_fast.score(model, ref_model=ref_obj, tokenizer=tok, data=world["data"], quiet=True,
+                                       max_batch_size=4)
+        np.testing.assert_array_equal(by_object.chosen, by_path.chosen)
+        np.testing.assert_array_equal(by_object.rejected, by_path.rejected)
+        assert by_object.summary == by_path.summary
+        models = by_object.run["models"]
+        assert all(m["in_memory"] and m["sha256"] is None and not m["cached"] for m in models.values())
+        assert by_object.run["options"]["device"] == "cpu" and by_object.run["options"]["dtype"] == "float32"
+
+
+def test_a_loaded_model_is_handed_back_untouched(world):
+    model = AutoModelForSequenceClassification.from_pretrained(world["rm"], torch_dtype=torch.float32)
+    model.train()
+    model.model.layers[0].eval()  # a module the caller keeps in eval mode inside a training model
+    model.config.pad_token_id = None  # the scorer sets the official pad id for its pass, and only then
+    model.score.weight.grad = torch.full_like(model.score.weight, 0.5)  # an accumulated gradient
+    flags = {n: m.training for n, m in model.named_modules()}
+    weights = {n: p.detach().clone() for n, p in model.named_parameters()}
+    needs_grad = {n: p.requires_grad for n, p in model.named_parameters()}
+    got = rmbench_fast.score(model, tokenizer=AutoTokenizer.from_pretrained(world["rm"]), data=world["data"],
+                             quiet=True, limit=1)
+    assert got.run["n_prompts"] == 5
+    assert {n: m.training for n, m in model.named_modules()} == flags
+    assert model.config.pad_token_id is None
+    for n, p in model.named_parameters():
+        assert torch.equal(p, weights[n]) and p.requires_grad == needs_grad[n] and p.dtype == torch.float32
+        assert p.device.type == "cpu"
+    assert torch.equal(model.score.weight.grad, torch.full_like(model.score.weight, 0.5))
+    assert sum(p.grad is not None for p in model.parameters()) == 1
+
+
+def test_a_loaded_model_is_never_moved_or_cast(world):
+    model = AutoModelForSequenceClassification.from_pretrained(world["rm"], torch_dtype=torch.float32)
+    with pytest.raises(UsageError, match=r"^--dtype bfloat16: the loaded model is float32, in which it is scored"):
+        rmbench_fast.score(model, data=world["data"], dtype="bfloat16")
+    with pytest.raises(UsageError, match=r"^--device cuda: the loaded model is on cpu, where it is scored"):
+        rmbench_fast.score(model, data=world["data"], device="cuda")
+    with pytest.raises(UsageError, match=r"^ref_model is the model itself"):
+        rmbench_fast.score(model, ref_model=model, data=world["data"])
+    with pytest.raises(UsageError, match=r"^model \S+: scored through the grm adapter, which loads the model its own"):
+        rmbench_fast.score(model, data=world["data"], adapter="grm")
+
+
+@pytest.mark.parametrize("cli_args, api_kw", [
+    (["--max-batch-size", "0"], dict(max_batch_size=0)),
+    (["--limit", "x"], dict(limit="x")),
+    (["--ref-free", "sum", "--ref-model", "REF"], dict(ref_free="sum", ref_model="REF")),
+    (["--prefix-cache-mb", "0"], dict(prefix_cache_mb=0)),
+], ids=["range", "type", "conflict", "prefix-cache"])
+def test_a_bad_option_raises_the_clis_line(world, cli_args, api_kw):
+    cli_args = [world["ref"] if a == "REF" else a for a in cli_args]
+    api_kw = {k: world["ref"] if v == "REF" else v for k, v in api_kw.items()}
+    r = cli("score", "--model", world["policy"], "--data", world["data"], "-q", *cli_args)
+    assert r.exit_code == 2
+    line = r.stderr.strip()
+    assert line.startswith(PREFIX) and "\n" not in line, r.stderr
+    expected = re.sub(r" \(\S+ score --help\)$", "", line[len(PREFIX):])  # click's pointer to the help
+    with pytest.raises(UsageError) as e:
+        rmbench_fast.score(world["policy"], data=world["data"], quiet=True, **api_kw)
+    assert str(e.value) == expected
+
+
+def test_an_unknown_option_is_one_line_naming_the_nearest(world):
+    with pytest.raises(UsageError, match=r"^No such option: limt Did you mean limit\?$"):
+        rmbench_fast.score(world["rm"], data=world["data"], limt=3)
+    with pytest.raises(UsageError, match=r"^no_cache and cache set the same option"):
+        rmbench_fast.score(world["rm"], data=world["data"], no_cache=True, cache=True)
+
+
+def test_compare_is_the_clis(world, tmp_path):
+    a = rmbench_fast.score(world["rm"], data=world["data"], output=tmp_path / "a", quiet=True)
+    b = rmbench_fast.score(world["policy"], data=world["data"], output=tmp_path / "b", quiet=True, ref_free="sum")
+    r = cli("compare", tmp_path / "a", tmp_path / "b", "--bootstrap", 500, "--json", "-")
+    assert r.exit_code == 0, r.output
+    expected = json.loads(r.stdout)
+    assert same_json(rmbench_fast.compare(str(tmp_path / "a"), str(tmp_path / "b"), bootstrap=500)) == expected
+    # Results in memory compare as their folders do; baseline= puts one first, as --baseline
+    got = rmbench_fast.compare(b, a, baseline=a, names=[str(tmp_path / "b"), str(tmp_path / "a")], bootstrap=500)
+    assert same_json(got) == expected
+    assert got.table().splitlines()[0].startswith("2 runs compared on 10 common prompts")
+
+
+def test_import_stays_light():
+    code = ("import sys, rmbench_fast; assert 'torch' not in sys.modules and 'transformers' not in sys.modules; "
+            "assert callable(rmbench_fast.score) and callable(rmbench_fast.compare); assert 'torch' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -5,17 +5,30 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 
+if TYPE_CHECKING:  # annotations only: torch is imported where a function needs it
+    import torch
+
 DTYPES = ("float32", "bfloat16", "float16")
-# what a device raises when an allocation fails (torch.OutOfMemoryError; older torch: the CUDA one)
-OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+
+
+def __getattr__(name):
+    # OUT_OF_MEMORY: what a device raises when an allocation fails (torch.OutOfMemoryError; older
+    # torch: the CUDA one). Looked up on first use, so that DTYPES (the command line's choices) costs
+    # no torch import.
+    if name == "OUT_OF_MEMORY":
+        import torch
+
+        return getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def resolve_device(device: str | None) -> torch.device:
+    import torch
+
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -50,6 +63,8 @@ class Target:
 
 def local_target(device: str | None) -> Target:
     """--device in this process (None: its GPU when it has one, else the CPU)."""
+    import torch
+
     standin = os.environ.get(STANDIN_ENV)
     if standin and (device is None or device.split(":")[0] == "cuda"):
         return Target(torch.device(device or "cuda"), torch.device("cpu"), f"stand-in {standin}", STANDIN_MEMORY)
@@ -64,6 +79,8 @@ def local_target(device: str | None) -> Target:
 
 def missing_gpu() -> str | None:
     """Why this process cannot compute on the GPU it was promised (None: it can)."""
+    import torch
+
     if torch.cuda.is_available() or os.environ.get(STANDIN_ENV):
         return None
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -72,6 +89,8 @@ def missing_gpu() -> str | None:
 
 
 def resolve_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
+    import torch
+
     if dtype is None:
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     if dtype not in DTYPES:

@@ -3,12 +3,24 @@ May import: errors, models, inputs, kernels; never adapters (an adapter builds i
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING
+
 from ..errors import UsageError
-from .base import Scorer
-from .dpo import DEFAULT_REF_FREE, DPOScorer
-from .rm import RewardModelScorer, official_bos, official_pad_ids, pick_label
+from .names import DEFAULT_REF_FREE
+
+if TYPE_CHECKING:
+    from .base import Scorer
 
 __all__ = ["Scorer", "DPOScorer", "RewardModelScorer", "make_scorer", "resolve_logprob_impl"]
+# imported on first use, so that `scorers.names` (what the command line offers) costs no torch import
+_LAZY = {"Scorer": "base", "DPOScorer": "dpo", "RewardModelScorer": "rm"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def resolve_logprob_impl(impl: str, device) -> str:
@@ -28,6 +40,9 @@ def make_scorer(o, mode: str, adapter, config, tokenizer, device, tokenizer_path
     """The scorer of a run whose model is known and checked (engine.checks.check_run): an adapter's,
     else by mode (rm or dpo). device: where it computes; logprob_impl: --logprob-impl as resolved
     where the passes run, when that is not this process (Ray workers); None: resolve it here."""
+    from .dpo import DPOScorer
+    from .rm import RewardModelScorer, official_bos, official_pad_ids, pick_label
+
     if adapter is not None:
         return adapter.make_scorer(o, config, tokenizer, device, tokenizer_path)
     if mode == "rm":

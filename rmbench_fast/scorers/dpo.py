@@ -25,8 +25,6 @@ from .base import Scorer
 from .logprobs import LMHead, head_logits, segment_stats, token_logprobs
 
 log = logging.getLogger("rmbench_fast")
-REF_FREE = ("sum", "avg", "norm")  # DPO without a reference; avg is the official default
-DEFAULT_REF_FREE = "avg"
 
 
 def lm_head_of(model) -> LMHead | None:

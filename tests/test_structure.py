@@ -11,7 +11,8 @@ from rmbench_fast.store.code import import_graph, modules
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "rmbench_fast"
-ENTRIES = ("errors", "store", "models", "inputs", "kernels", "scorers", "adapters", "results", "engine", "judges", "cli", "tiny")
+ENTRIES = ("errors", "store", "models", "inputs", "kernels", "scorers", "adapters", "results", "engine", "judges", "cli",
+           "integrations", "tiny")
 
 
 def test_the_graph_sees_the_package():
@@ -81,7 +82,7 @@ def test_each_subpackage_imports_only_what_it_says():
 
 def test_the_top_level_shows_the_stages():
     top = sorted(p.name for p in PACKAGE.iterdir() if p.name != "__pycache__")
-    assert len(top) <= 13, top  # the stages, judges, errors, tiny, __init__ and __main__
+    assert len(top) <= 14, top  # the stages, judges, integrations, errors, tiny, __init__ and __main__
     assert {"inputs", "models", "scorers", "adapters", "store", "results", "engine", "cli"} <= set(top)
 
 
@@ -111,3 +112,18 @@ def test_choosing_an_adapter_imports_no_model_code():
             "print(sorted(m for m in sys.modules if m.startswith('transformers.') and 'modeling' in m))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out
+
+
+def test_the_command_line_imports_no_torch():
+    """`rmbench-fast --help`, every command's --help, and the options' choices cost no torch, transformers
+    or numba import (torch alone is about 1.2 s here): they are imported where a run needs them."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from click.testing import CliRunner; from rmbench_fast.cli.main import main\n"
+            "for args in [['--help']] + [[name, '--help'] for name in main.commands]:\n"
+            "    assert CliRunner().invoke(main, args).exit_code == 0, args\n"
+            "print(len(main.commands), sorted(m for m in ('torch', 'transformers', 'numba') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    n, loaded = out.split(" ", 1)
+    assert int(n) >= 10 and loaded.strip() == "[]", out

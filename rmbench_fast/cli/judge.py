@@ -79,6 +79,8 @@ from ..judges.options import BACKENDS, ORDERS, VERDICTS, JudgeOptions, default
 @click.option("--failed-as-invalid", is_flag=True, help="Count requests the server refused for good (a 400: prompt "
               "too long, say) as answers without a verdict (--invalid) instead of stopping without results.")
 @click.option("--overwrite", is_flag=True, help="Replace another run's results in the output folder.")
+@click.option("--bootstrap", type=click.IntRange(min=0), default=default("bootstrap"), show_default=True,
+              help="Resamples of the prompts for the 95% intervals of every summary number (0: none).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def judge(no_cache, quiet, domains, **kw):
     """Judge RM-Bench with a generative model: every (chosen_i, rejected_j) pair of every prompt.
@@ -91,12 +93,13 @@ def judge(no_cache, quiet, domains, **kw):
     `rmbench-fast plot` read the output folder as they read a score run's.
     """
     from ..judges.run import judge as run_judge
+    from ..results.describe import about_line, run_facts
     from ..results.metrics import format_table
 
     o = JudgeOptions(**kw, domains=tuple(domains), cache=not no_cache, progress=not quiet)
     result = run_judge(o)
     run = result.run
-    click.echo(format_table(result.summary))
+    click.echo(format_table(result.summary, about_line(run_facts(run))))
     if run.get("verdict") == "logits":
         pb = run["position_bias"]["first_shown_wins"]
         speed = f"{run['tokens_per_s']:,.0f} tokens/s" if run["tokens_per_s"] else "from the result store"
@@ -113,4 +116,4 @@ def judge(no_cache, quiet, domains, **kw):
                + f"); invalid: {inv}; first-shown wins {'-' if pb is None else f'{100 * pb:.1f}%'}, "
                f"orders agree {'-' if agree is None else f'{100 * agree:.1f}%'}")
     if o.output:
-        click.echo(f"results: {o.output}/results.json, summary.json, judgements.jsonl, run.json")
+        click.echo(f"results: {o.output}/results.json, results.jsonl, summary.json, judgements.jsonl, run.json")

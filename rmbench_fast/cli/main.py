@@ -12,10 +12,11 @@ from .. import __version__
 from ..engine.runtime import process_age_s
 from ..errors import RmbenchError, UsageError, one_line
 from .cache import cache
+from .compare import compare
 from .data import data
 from .judge import judge
 from .leaderboard import leaderboard
-from .options import score_options, scoring_options
+from .options import default, score_options, scoring_options
 
 
 def _debug() -> bool:
@@ -63,7 +64,9 @@ def main():
 @main.command()
 @click.argument("results", type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON instead of a table.")
-def accuracy(results, as_json):
+@click.option("--bootstrap", type=click.IntRange(min=0), default=default("bootstrap"), show_default=True,
+              help="Resamples of the prompts for the 95% intervals (0: none).")
+def accuracy(results, as_json, bootstrap):
     """Compute RM-Bench accuracy from a RESULTS file.
 
     RESULTS is a JSON list whose items carry `score_chosen` and `score_rejected` (3 numbers each,
@@ -76,33 +79,39 @@ def accuracy(results, as_json):
     matrix of win rates (chosen i against rejected j), summarized by the same formulas.
 
     Prints domains x hard/normal/easy/avg and overall, as percentages (a tie counts as wrong,
-    as in the official code).
+    as in the official code), with 95% intervals (a bootstrap over prompts within each domain), and
+    what the results are of when a run.json lies beside them.
     """
+    from ..results.describe import about_line, results_facts
     from ..results.files import read_results
-    from ..results.metrics import format_table, summarize, summarize_cells
+    from ..results.intervals import bootstrap as intervals
+    from ..results.metrics import cells_from_scores, format_table, summarize, summarize_cells
 
     kind, *data, domains, subsets, names = read_results(results)
     summary = (summarize if kind == "scores" else summarize_cells)(*data, domains, subsets, names)
+    summary["intervals"] = intervals(cells_from_scores(*data) if kind == "scores" else data[0], domains, bootstrap)
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:
-        click.echo(format_table(summary))
+        click.echo(format_table(summary, about_line(results_facts(results))))
 
 
 def _print_run(run, summary, out_dir):
+    from ..results.describe import about_line, run_facts
     from ..results.metrics import format_table
 
-    click.echo(format_table(summary))
+    click.echo(format_table(summary, about_line(run_facts(run))))
     if run.get("reused"):
+        where = f"the result store (computed into {run['reused_from']})" if run.get("read_from") == "store" else out_dir
         return click.echo(f"\nfinished before with the same inputs, options, code and versions: read back from "
-                          f"{out_dir} in {run['wall_s']:.2f} s, nothing recomputed (--overwrite scores it again)")
+                          f"{where} in {run['wall_s']:.2f} s, nothing recomputed (--overwrite scores it again)")
     speed = f"{run['tokens_per_s']:,.0f} tokens/s" if run["tokens_per_s"] else "all from the result store"
     click.echo(f"\n{run['n_sequences']} sequences, {run['real_tokens']:,} tokens "
                f"(padded/real {run['padding_ratio']:.3f}), {run['passes_computed']} of {run['passes']} model "
                f"pass(es) computed in {run['score_s']:.1f} s: {speed}; "
                f"{run['truncated']['sequences']} sequences truncated")
     if out_dir:
-        click.echo(f"results: {out_dir}/results.json, {out_dir}/summary.json, {out_dir}/run.json")
+        click.echo(f"results: {out_dir}/results.json (and .jsonl), {out_dir}/summary.json, {out_dir}/run.json")
 
 
 @main.command()
@@ -117,11 +126,12 @@ def score(model, output, **kw):
     model passes are kept in the result store, so the same command again recomputes nothing, and
     an interrupted run resumes where it stopped.
     """
-    from ..engine.finished import finished_run
+    from ..engine.finished import finished_run, stored_run
 
     o = score_options(model, output, kw)
     started = (click.get_current_context().obj or {}).get("started")  # the console command's start
-    result = finished_run(o)  # the same run finished before: read back, without loading anything
+    # the same run finished before, here or into another folder: read back, without loading anything
+    result = finished_run(o) or stored_run(o, started=started)
     if result is None:
         from ..engine.score import score as run_score
         result = run_score(o, read_back=False, started=started)
@@ -134,8 +144,10 @@ def score(model, output, **kw):
 @click.option("--output", "-o", required=True, help="Folder for the sweep: one sub-folder per checkpoint, "
               "sweep.csv, sweep.json, sweep.png, report.md.")
 @click.option("--no-plots", is_flag=True, help="Skip the pictures and report at the end.")
+@click.option("--baseline", default=None, metavar="CHECKPOINT", help="The checkpoint every other is compared with "
+              "(paired bootstrap; sweep.json's vs_baseline): a folder name, path or step [default: the first].")
 @scoring_options
-def sweep(models, checkpoints, output, no_plots, **kw):
+def sweep(models, checkpoints, output, no_plots, baseline, **kw):
     """Score every checkpoint of a training run, ordered by step.
 
     The step of a checkpoint is trainer_state.json's global_step, else the number ending its folder
@@ -148,10 +160,11 @@ def sweep(models, checkpoints, output, no_plots, **kw):
     from ..engine.sweep import find_checkpoints, run_sweep
 
     found = find_checkpoints(models, checkpoints)
-    result = run_sweep(score_options(None, None, kw), found, output, plots=not no_plots, echo=click.echo)
+    result = run_sweep(score_options(None, None, kw), found, output, plots=not no_plots, echo=click.echo,
+                       baseline=baseline)
     from ..results.plots import sweep_table
 
-    click.echo("\n" + sweep_table(result["checkpoints"]))
+    click.echo("\n" + sweep_table(result["checkpoints"], root=output))
     back = f" ({n} checkpoints finished before, read back)" if (n := result["checkpoints_read_back"]) else ""
     click.echo(f"\n{result['model_passes_computed']} model passes computed, {result['model_passes_cached']} from "
                f"the result store{back}; tables in {output}/sweep.csv and {output}/sweep.json")
@@ -160,8 +173,9 @@ def sweep(models, checkpoints, output, no_plots, **kw):
 @main.command()
 @click.argument("run_dir", type=click.Path())
 def plot(run_dir):
-    """Draw a run's accuracy matrices (heatmaps per domain) and, for a sweep, accuracy against step;
-    write report.md (table and pictures, ready for a model card or PR)."""
+    """Draw a run's accuracy matrices (heatmaps per domain), its scores with their 95% intervals and,
+    for a sweep, accuracy against step (or against model); write report.md (what was scored, the
+    tables and pictures, ready for a model card or PR)."""
     from ..results.plots import plot_run
 
     for path in plot_run(run_dir):
@@ -205,6 +219,7 @@ main.add_command(cache)
 main.add_command(data)
 main.add_command(judge)
 main.add_command(leaderboard)
+main.add_command(compare)
 
 
 @main.command()

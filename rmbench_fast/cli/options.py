@@ -73,6 +73,8 @@ def _opts():
         click.option("--allow-pickle-weights", is_flag=True, help="Load pickle-format weights (.bin), which can "
                      "run code; without it only safetensors load."),
         click.option("--overwrite", is_flag=True, help="Replace another run's results in the output folder."),
+        click.option("--bootstrap", type=click.IntRange(min=0), default=default("bootstrap"), show_default=True,
+                     help="Resamples of the prompts for the 95% intervals of every summary number (0: none)."),
         click.option("--quiet", "-q", is_flag=True, help="No progress output."),
     ]
 

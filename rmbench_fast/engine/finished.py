@@ -7,8 +7,8 @@ files (store.fingerprints: path, inode, size, mtime and ctime of every file): th
 under the model, reference, tokenizer, data and chat-template paths; every option but where the
 results go and how they are shown; the sources of every module of the package; the installed versions of the libraries that tokenize and compute (read from their
 metadata, not imported); the device the passes ran on (models.device.Target) and the environment
-variables that change it. run.json records the stamp and the sha256 of results.json and
-summary.json; a later run with the same stamp and untouched files is the same run. Paths that are
+variables that change it. run.json records the stamp and the sha256 of its result files
+(RESULT_FILES); a later run with the same stamp and untouched files is the same run. Paths that are
 not local files (hub ids), --no-cache, and Ray runs always take the full path.
 """
 
@@ -28,7 +28,7 @@ LIBRARIES = ("torch", "transformers", "tokenizers", "triton", "numpy", "numba", 
              "safetensors", "fschat", "jinja2", "sentencepiece", "protobuf", "tiktoken")
 ENVIRONMENT = ("RMBENCH_STANDIN_GPU", "TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES")
 NOT_STAMPED = ("output", "progress", "overwrite")  # where results go and how a run shows itself
-RESULT_FILES = ("results.json", "summary.json")
+RESULT_FILES = ("results.json", "summary.json", "results.jsonl")
 
 
 def stats(path: Path) -> list | None:
@@ -123,5 +123,80 @@ def finished_run(o, target=None):
     from .result import ScoreRun
 
     chosen, rejected, *_ = read_scores(out / "results.json")
-    run = {**run, "passes_computed": 0, "reused": True, "wall_s": time.perf_counter() - t0}
+    run = {**run, "passes_computed": 0, "reused": True, "read_from": str(out), "wall_s": time.perf_counter() - t0}
     return ScoreRun(None, chosen, rejected, summary, run)
+
+
+# The same run finished into another folder: its result files are kept in the store under the
+# stamp, so `score` with another --output (a copy of a sweep, a notebook's temp folder) reads them
+# back without importing transformers, loading configs and tokenizers, tokenizing or looking up
+# every pass. Kept only when a run finishes (an interrupted run leaves nothing here).
+
+
+def _kept_key(stamp: str) -> str:
+    return hashlib.sha256(b"finished-run\0" + stamp.encode()).hexdigest()
+
+
+def keep_run(store, stamp: str | None, out_dir) -> None:
+    """Keep the result files of a run just finished in `out_dir` (run.json last) in the store."""
+    if not stamp or not store.enabled:
+        return
+    import numpy as np
+
+    out = Path(out_dir)
+    arrays = {name: np.frombuffer((out / name).read_bytes(), dtype=np.uint8)
+              for name in RESULT_FILES + ("run.json",) if (out / name).is_file()}
+    store.put(_kept_key(stamp), arrays)
+
+
+def stored_run(o, store=None, target=None, started: float | None = None):
+    """The same run (the same stamp) finished into another folder, written into o.output from the
+    store; None when there is none. Its run.json is that run's with this run's options, `reused`
+    true, `reused_from` (the folder it was computed in), passes_computed 0 and this run's timing."""
+    t0 = time.perf_counter()
+    if not o.output or o.overwrite or not o.cache or o.engine != "local":
+        return None
+    from ..store.atomic import atomic_open, atomic_write_json
+    from .checks import check_output
+
+    if target is None:
+        from ..models.device import local_target
+
+        target = local_target(o.device)
+    stamp = run_stamp(o, target)
+    if stamp is None:
+        return None
+    own = store is None
+    if own:
+        from ..store.entries import Store
+        from ..store.paths import store_root
+
+        store = Store(store_root(o.cache_dir))
+    try:
+        kept = store.get(_kept_key(stamp))
+    finally:
+        if own:
+            store.close()
+    if kept is None or not set(RESULT_FILES + ("run.json",)) <= set(kept):
+        return None
+    check_output(o)
+    out = Path(o.output)
+    for name, data in kept.items():
+        if name != "run.json":
+            with atomic_open(out / name) as f:
+                f.write(data.tobytes())
+    before = json.loads(kept["run.json"].tobytes())
+    now = time.perf_counter()
+    total = now - (t0 if started is None else started)
+    run = {**before, "options": {**before["options"], **{k: getattr(o, k) for k in NOT_STAMPED}},
+           "passes_computed": 0, "reused": True, "reused_from": before["options"].get("output"), "read_from": "store",
+           "result_files": file_hashes(out), "wall_s": now - t0,
+           "timing": {"startup_s": None if started is None else t0 - started, "load_s": 0.0, "tokenize_s": 0.0,
+                      "fingerprint_s": 0.0, "model_load_s": 0.0, "forward_s": 0.0, "passes_s": 0.0,
+                      "finish_s": now - t0, "total_s": total, "fixed_s": total}}
+    atomic_write_json(out / "run.json", run)
+    from ..results.files import read_scores
+    from .result import ScoreRun
+
+    chosen, rejected, *_ = read_scores(out / "results.json")
+    return ScoreRun(None, chosen, rejected, json.loads(kept["summary.json"].tobytes()), run)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields
 
 from ..inputs.data import HUB_DEFAULT
 from ..models.device import DTYPES
-from ..scorers.dpo import DEFAULT_REF_FREE, REF_FREE
+from ..scorers.names import DEFAULT_REF_FREE, REF_FREE
 
 MODES = ("auto", "rm", "dpo")
 LOGPROB_IMPLS = ("auto", "triton", "torch", "plain")
@@ -53,6 +53,9 @@ class ScoreOptions:
     overwrite: bool = False  # replace another run's results in `output`
     allow_pickle_weights: bool = False  # pickle weights (.bin) can run code when loaded
     progress: bool = True
+    # resamples of the prompts for summary.json's 95% intervals (results.intervals; 0: none). Not one of
+    # SCORED_OPTIONS: another count gives the same scores, so a folder is rewritten, not refused
+    bootstrap: int = 10_000
 
 
 def default(name: str):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import UsageError
 from ..inputs.layout import split_scores
 from ..inputs.prefix import PrefixKV
 from ..models.device import local_target
@@ -21,13 +22,14 @@ from ..store.fingerprints import model_fingerprint
 from ..store.keys import pass_key
 from ..store.paths import store_root
 from .checks import check_output
-from .finished import file_hashes, finished_run, run_stamp
+from .finished import file_hashes, finished_run, keep_run, run_stamp, stored_run
+from .lent import describe as describe_lent
 from .options import ScoreOptions
 from .prepare import Prepared, prepare
 from .progress import Progress
 from .report import run_info, timing
 from .result import ScoreRun
-from .runner import load_for_pass, run_batches
+from .runner import model_for_pass, run_batches
 
 __all__ = ["ScoreOptions", "ScoreRun", "open_store", "prepare", "model_pass", "score"]
 
@@ -36,28 +38,27 @@ def open_store(o: ScoreOptions) -> Store:
     return Store(store_root(o.cache_dir) if o.cache else None)
 
 
-def _local(prep: Prepared, o: ScoreOptions, model_path: str):
-    """compute(todo, arrays, on_batch) for a pass in this process."""
+def _local(prep: Prepared, o: ScoreOptions, model_path: str, lent=None):
+    """compute(todo, arrays, on_batch) for a pass in this process; lent: the model, loaded by the
+    caller (engine.lent), instead of loading the one at model_path."""
 
     def compute(todo, arrays, on_batch):
         t0 = time.perf_counter()
-        device = prep.target.compute
-        model, info = load_for_pass(prep.scorer, model_path, prep.dtype, device, o.trust_remote_code,
-                                    o.allow_pickle_weights)
-        info["load_s"] = time.perf_counter() - t0
+        model = prefix = None
         try:
-            prefix = None
-            if prep.plan is not None:
-                prefix = PrefixKV(model, [e.ids for e in prep.seqs], prep.plan,
-                                  np.concatenate([b.indices for b in todo]), prep.scorer.pad_id, device,
-                                  prep.max_tokens)
-            info.update(run_batches(prep.scorer, model, prep.seqs, todo, arrays, device, prep.batch_lengths,
-                                    prep.name, on_batch, prefix))
-            if prefix is not None:
-                info["prefix_sharing"] = prefix.note
-                info["prefix_out_of_memory_halvings"] = prefix.oom_halvings
-            info["batches_s"] = time.perf_counter() - t0 - info["load_s"]  # the forwards, after loading
-            return info
+            with model_for_pass(prep.scorer, model_path, lent, prep.dtype, prep.target.compute, o.trust_remote_code,
+                                o.allow_pickle_weights) as (model, device, info):
+                if prep.plan is not None:
+                    prefix = PrefixKV(model, [e.ids for e in prep.seqs], prep.plan,
+                                      np.concatenate([b.indices for b in todo]), prep.scorer.pad_id, device,
+                                      prep.max_tokens)
+                info.update(run_batches(prep.scorer, model, prep.seqs, todo, arrays, device, prep.batch_lengths,
+                                        prep.name, on_batch, prefix))
+                if prefix is not None:
+                    info["prefix_sharing"] = prefix.note
+                    info["prefix_out_of_memory_halvings"] = prefix.oom_halvings
+                info["batches_s"] = time.perf_counter() - t0 - info["load_s"]  # the forwards, after loading
+                return info
         finally:
             model = prefix = None  # free them before the next pass loads
             gc.collect()
@@ -65,12 +66,30 @@ def _local(prep: Prepared, o: ScoreOptions, model_path: str):
     return compute
 
 
+def _lent_pass(prep: Prepared, role: str):
+    """(the model lent for `role`, what run.json records of it, a result kept from an earlier run to
+    use as it is) -- (None, None, None) for a model named by its path."""
+    lent = prep.given.model(role) if prep.given is not None else None
+    if lent is None:
+        return None, None, None
+    kept = prep.given.passes.get(role)
+    if kept is not None:
+        kept = PassResult(kept.arrays, {**kept.info, "cached": True, "kept_in_memory": True, "seconds": 0.0})
+    return lent, describe_lent(lent), kept
+
+
 def model_pass(prep: Prepared, o: ScoreOptions, model_path: str, role: str, store: Store, hooks=None) -> PassResult:
     """One model over every sequence, through the store. hooks(role, batch) runs after each batch
-    (tests count forward calls and inject failures with it)."""
+    (tests count forward calls and inject failures with it). A model lent in memory (prep.given) has
+    no files: its pass is computed on it as it is, and neither looked up in the store nor kept there
+    (engine.lent), unless prep.given holds its result from an earlier run."""
+    lent, fp, kept = _lent_pass(prep, role)
+    if kept is not None:
+        return kept
     t0, read = time.perf_counter(), store.hashes.bytes_hashed
-    fp = model_fingerprint(model_path, store.hashes, content=store.enabled)
-    store.hashes.save()
+    if lent is None:
+        fp = model_fingerprint(model_path, store.hashes, content=store.enabled)
+        store.hashes.save()
     fp.update(fingerprint_s=time.perf_counter() - t0, bytes_hashed=store.hashes.bytes_hashed - read)
     key = None
     model_key = fp["sha256"] or fp.get("stat_key")  # stat_key: --no-cache, results kept in memory only
@@ -78,16 +97,21 @@ def model_pass(prep: Prepared, o: ScoreOptions, model_path: str, role: str, stor
         key = pass_key(prep.scorer.code_modules(), model_key, prep.tok_key, prep.target.gpu, prep.precision.int8,
                        prep.plan is not None, str(prep.dtype), prep.device.type, *prep.scorer.pass_key(),
                        prep.max_tokens, o.max_batch_size, *(prep.plan.key() if prep.plan is not None else ()))
+    if o.engine == "ray" and lent is not None:
+        raise UsageError(f"{role} {model_path}: a model loaded in memory is scored in this process; give its path to "
+                         "score it on Ray workers")
     if o.engine == "ray":
         from .distributed import RayConfig, ray_compute
 
         compute = ray_compute(RayConfig(o.ray_address, o.num_workers, o.gpus_per_worker), prep, o, model_path)
     else:
-        compute = _local(prep, o, model_path)
+        compute = _local(prep, o, model_path, lent)
     progress = Progress(len(prep.seqs), prep.batch_lengths, role, o.progress)
     result = cached_pass(store, key, prep.scorer.outputs, len(prep.seqs), prep.batches, compute, progress,
                          None if hooks is None else (lambda b: hooks(role, b)))
     result.info = {**fp, "role": role, **result.info}
+    if lent is not None and role in prep.given.passes:  # asked to keep it for later runs
+        prep.given.passes[role] = result
     return result
 
 
@@ -101,6 +125,11 @@ def finish(prep: Prepared, o: ScoreOptions, passes: dict, t_start: float, store:
     samples = prep.samples
     summary = summarize(chosen, rejected, [s.domain for s in samples], [s.subset for s in samples],
                         [s.name for s in samples])
+    from ..results.intervals import bootstrap
+    from ..results.metrics import cells_from_scores
+
+    # the 95% interval of every summary number (None with --bootstrap 0): a bootstrap over prompts
+    summary["intervals"] = bootstrap(cells_from_scores(chosen, rejected), [s.domain for s in samples], o.bootstrap)
     run = run_info(prep, o, passes, store, t_start)
     if o.output:
         write_results(o.output, samples, chosen, rejected, summary)
@@ -112,7 +141,7 @@ def finish(prep: Prepared, o: ScoreOptions, passes: dict, t_start: float, store:
 
 
 def score(o: ScoreOptions, store: Store | None = None, hooks=None, reuse: dict | None = None,
-          read_back: bool = True, started: float | None = None) -> ScoreRun:
+          read_back: bool = True, started: float | None = None, *, given=None) -> ScoreRun:
     """Score every sample of `o.data` with `o.model`; write results when `o.output` is set.
     Finished work comes from the store (o.cache_dir, default ~/.cache/rmbench-fast/store); `reuse`
     (a dict a caller keeps across runs, as a sweep does) shares loaded data and tokenizers. A run
@@ -131,10 +160,16 @@ def score(o: ScoreOptions, store: Store | None = None, hooks=None, reuse: dict |
     try:
         # stamped before anything is read: an input that changes during the run leaves a stamp that no
         # longer matches it
-        stamp = run_stamp(o, local_target(o.device)) if o.output and o.engine == "local" else None
-        prep = prepare(o, store, reuse)
+        target = local_target(o.device) if o.output and o.engine == "local" and given is None else None
+        stamp = run_stamp(o, target) if target is not None else None
+        done = stored_run(o, store, target, started) if stamp and hooks is None else None
+        if done is not None:  # the same run finished into another folder: its files, from the store
+            return done
+        prep = prepare(o, store, reuse, given)  # given: models lent in memory (engine.lent), never stamped
         passes = {role: model_pass(prep, o, path, role, store, hooks) for role, path in prep.scorer.roles(o)}
-        return finish(prep, o, passes, t_start, store, stamp, started)
+        result = finish(prep, o, passes, t_start, store, stamp, started)
+        keep_run(store, stamp, o.output)
+        return result
     finally:
         if own_store:
             store.close()

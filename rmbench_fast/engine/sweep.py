@@ -4,6 +4,11 @@ Checkpoints are ordered by step. Each is scored by the engine into its own sub-f
 store makes the reference model's pass and the tokenization happen once for all of them (K + 1
 model passes for K DPO checkpoints instead of 2K), and makes a rerun after a crash recompute
 nothing that finished. sweep.csv and sweep.json are rewritten after every checkpoint.
+
+Each checkpoint is compared with a baseline (the first, or --baseline) by a paired bootstrap on the
+same prompts (results.intervals.paired): neighbouring checkpoints differ by a point or two, which a
+domain's ~330 prompts move by sampling alone, so each row says whether its difference is more than
+that ("significant": the interval excludes 0).
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import UsageError
+from ..results.intervals import paired
+from ..results.metrics import cells_from_scores
 from ..store.atomic import atomic_write_json, atomic_write_text
 from .finished import finished_run
 from .options import ScoreOptions
@@ -68,13 +75,26 @@ def _row(name: str, sub: str, path: str, step, summary: dict) -> dict:
     return row
 
 
+def _csv_row(row: dict) -> dict:
+    """A sweep.json row flattened for sweep.csv: vs_baseline's overall difference, its interval and
+    whether it excludes 0 (empty for the baseline, or while the baseline is not scored yet)."""
+    out = {k: v for k, v in row.items() if k != "vs_baseline"}
+    if "vs_baseline" in row:
+        o = (row["vs_baseline"] or {}).get("metrics", {}).get("overall")
+        for key, name in (("diff", "overall_diff"), ("low", "overall_diff_low"), ("high", "overall_diff_high"),
+                          ("significant", "overall_significant")):
+            out[name] = o[key] if o else None
+    return out
+
+
 def _write_tables(out: Path, rows: list[dict], meta: dict) -> None:
     atomic_write_json(out / "sweep.json", {**meta, "checkpoints": rows})
     buf = io.StringIO()
-    fields = list(dict.fromkeys(k for r in rows for k in r))
+    flat = [_csv_row(r) for r in rows]
+    fields = list(dict.fromkeys(k for r in flat for k in r))
     w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     w.writeheader()
-    w.writerows(rows)
+    w.writerows(flat)
     atomic_write_text(out / "sweep.csv", buf.getvalue())
 
 
@@ -88,17 +108,75 @@ def _sub_dirs(checkpoints) -> list[str]:
     return subs
 
 
+def baseline_index(checkpoints, subs: list[str], baseline: str | None) -> int:
+    """--baseline (a checkpoint's folder name, path or step) -> its index; the first when None."""
+    if baseline is None:
+        return 0
+    b = str(baseline).rstrip("/") or str(baseline)
+    hits = set()
+    for k, ((step, path), sub) in enumerate(zip(checkpoints, subs)):
+        same_path = Path(b).exists() and Path(path).exists() and Path(b).resolve() == Path(path).resolve()
+        if same_path or b in (path.rstrip("/"), Path(path).name, sub) or (step is not None and b == str(step)):
+            hits.add(k)
+    if len(hits) != 1:
+        names = ", ".join(f"{Path(p).name} (step {s})" if s is not None else Path(p).name for s, p in checkpoints)
+        what = "matches several checkpoints" if hits else "is not one of the sweep's checkpoints"
+        raise UsageError(f"--baseline {baseline} {what}: give a checkpoint's folder name, path or step ({names})")
+    return hits.pop()
+
+
+class Comparisons:
+    """Every checkpoint against the baseline (a paired bootstrap on their cells), written into the
+    rows as soon as both are scored: row["vs_baseline"] = {"baseline": name, "metrics": {metric:
+    {"diff", "low", "high", "p", "significant"}}}, None for the baseline itself; no key while the
+    baseline is not scored yet, nor at all with 0 resamples."""
+
+    def __init__(self, baseline: int, name: str, resamples: int = 10_000, seed: int = 0, level: float = 0.95):
+        self.baseline, self.name = baseline, name
+        self.resamples, self.seed, self.level = resamples, seed, level
+        self.cells, self.domains = {}, None
+
+    def add(self, k: int, chosen, rejected, domains: list | None, folder: Path) -> None:
+        """Checkpoint k's scores; domains None (a run read back): the sweep's, else its results.json's."""
+        cells = cells_from_scores(chosen, rejected)
+        if domains is None and (self.domains is None or len(self.domains) != len(cells)):
+            from ..results.files import read_scores
+
+            domains = read_scores(folder / "results.json")[2]
+        if domains is not None:
+            self.domains = list(domains)
+        self.cells[k] = cells
+
+    def fill(self, rows: dict) -> None:
+        """rows: checkpoint index -> its sweep.json row."""
+        if self.resamples == 0 or self.baseline not in self.cells:
+            return
+        base = self.cells[self.baseline]
+        for k, row in rows.items():
+            if k == self.baseline:
+                row["vs_baseline"] = None
+            elif row.get("vs_baseline") is None and k in self.cells:
+                got = paired(base, self.cells[k], self.domains, self.resamples, self.seed, self.level)
+                metrics = {m: {**v, "significant": bool(v["low"] > 0 or v["high"] < 0)}
+                           for m, v in got["metrics"].items()}
+                row["vs_baseline"] = {"baseline": self.name, "metrics": metrics}
+
+
 def run_sweep(o: ScoreOptions, checkpoints: list[tuple[int | None, str]], output: str, hooks=None, plots: bool = True,
-              echo=print) -> dict:
-    """Score each checkpoint in order into output/<name>; returns the sweep table."""
+              echo=print, baseline: str | None = None) -> dict:
+    """Score each checkpoint in order into output/<name>; returns the sweep table. Every row is
+    compared with the baseline checkpoint (the first, or `baseline`: a folder name, path or step)."""
     out = Path(output)
-    out.mkdir(parents=True, exist_ok=True)
     subs = _sub_dirs(checkpoints)
+    b = baseline_index(checkpoints, subs, baseline)
+    out.mkdir(parents=True, exist_ok=True)
+    # the resamples of summary.json's intervals (--bootstrap; 0: no intervals and no comparisons either)
+    versus = Comparisons(b, Path(checkpoints[b][1]).name, o.bootstrap)
     meta = {"options": {k: v for k, v in vars(o).items() if k != "model"}, "n_checkpoints": len(checkpoints),
-            "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+            "started": time.strftime("%Y-%m-%d %H:%M:%S"), "baseline": versus.name}
     reused = 0  # checkpoints finished before, read back from their folders (engine.finished)
     if o.engine == "ray":
-        rows, computed, cached = _sweep_on_ray(o, checkpoints, subs, out, meta, hooks, echo)
+        rows, computed, cached = _sweep_on_ray(o, checkpoints, subs, out, meta, hooks, echo, versus)
     else:
         store = None  # opened (and the scoring code imported) for the first checkpoint not finished before
         rows, computed, cached, reused = [], 0, 0, 0
@@ -119,6 +197,9 @@ def run_sweep(o: ScoreOptions, checkpoints: list[tuple[int | None, str]], output
                 else:
                     cached += run.run["passes"] - run.run["passes_computed"]
                 rows.append(_row(Path(path).name, sub, path, step, run.summary))
+                versus.add(k, run.chosen, run.rejected, None if run.samples is None else
+                           [s.domain for s in run.samples], out / sub)
+                versus.fill(dict(enumerate(rows)))
                 _write_tables(out, rows, {**meta, "model_passes_computed": computed, "model_passes_cached": cached,
                                           "checkpoints_read_back": reused})
         finally:
@@ -148,10 +229,12 @@ def _checkpoint_task(o: ScoreOptions, store_dir: str) -> dict:
         run = score(o, store=store)
     finally:
         store.close()
-    return {"summary": run.summary, "passes": run.run["passes"], "passes_computed": run.run["passes_computed"]}
+    return {"summary": run.summary, "passes": run.run["passes"], "passes_computed": run.run["passes_computed"],
+            "chosen": run.chosen, "rejected": run.rejected,
+            "domains": None if run.samples is None else [s.domain for s in run.samples]}
 
 
-def _sweep_on_ray(o: ScoreOptions, checkpoints, subs, out: Path, meta: dict, hooks, echo):
+def _sweep_on_ray(o: ScoreOptions, checkpoints, subs, out: Path, meta: dict, hooks, echo, versus: Comparisons):
     """The reference pass first, spread over every worker; then one task per checkpoint, each running
     the local engine on some worker against the shared result store."""
     from .distributed import RayConfig, run_checkpoints_on_ray
@@ -183,6 +266,8 @@ def _sweep_on_ray(o: ScoreOptions, checkpoints, subs, out: Path, meta: dict, hoo
         computed += result["passes_computed"]
         cached += result["passes"] - result["passes_computed"]
         rows[k] = _row(Path(path).name, subs[k], path, step, result["summary"])
+        versus.add(k, result["chosen"], result["rejected"], result["domains"], out / subs[k])
+        versus.fill(rows)
         echo(f"done {Path(path).name} (step {step if step is not None else '-'})")
         ordered = [rows[i] for i in sorted(rows)]
         _write_tables(out, ordered, {**meta, "model_passes_computed": computed, "model_passes_cached": cached})

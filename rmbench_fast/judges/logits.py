@@ -28,6 +28,7 @@ from ..models.kinds import is_causal_decoder
 from ..models.loading import load_config, load_tokenizer
 from ..models.precision import choose as choose_precision
 from ..results.files import write_cell_results
+from ..results.intervals import bootstrap
 from ..results.metrics import summarize_cells
 from ..scorers.verdict import VerdictScorer, verdict_probs
 from ..store.atomic import atomic_open, atomic_write_json
@@ -119,6 +120,7 @@ def judge_logits(o, protocol, samples, store, t_start):
     cells = (mean > 0.5).astype(np.float64)
     domains = [s.domain for s in samples]
     summary = summarize_cells(cells, domains, [s.subset for s in samples], [s.name for s in samples])
+    summary["intervals"] = bootstrap(cells, domains, o.bootstrap)  # 95% intervals over prompts (None: --bootstrap 0)
     winners = ["A" if p > 0.5 else "B" if p < 0.5 else "tie" for p in p_a]
     info = result.info
     run = {

@@ -56,6 +56,9 @@ class JudgeOptions:
     failed_as_invalid: bool = False  # requests that failed for good count as answers without a verdict
     overwrite: bool = False
     progress: bool = True
+    # resamples of the prompts for summary.json's 95% intervals (results.intervals; 0: none); not one
+    # of JUDGED_OPTIONS: another count gives the same cells
+    bootstrap: int = 10_000
 
     @property
     def kind(self) -> str:
@@ -106,6 +109,8 @@ def check(o: JudgeOptions) -> None:
         raise UsageError("--concurrency and --max-batch-size must be at least 1")
     if o.temperature < 0 or not 0 < o.top_p <= 1 or o.max_tokens < 1:
         raise UsageError("--temperature must be >= 0, --top-p in (0, 1], --max-tokens >= 1")
+    if o.bootstrap < 0:
+        raise UsageError(f"--bootstrap {o.bootstrap}: expected a number of resamples >= 0 (0: no intervals)")
     if o.tie is not None and not 0 <= o.tie <= 1:
         raise UsageError(f"--tie {o.tie}: expected a number in [0, 1]")
 

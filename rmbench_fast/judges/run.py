@@ -15,6 +15,7 @@ import numpy as np
 from ..errors import RmbenchError, UsageError, one_line
 from ..inputs.data import load_dataset
 from ..results.files import write_cell_results
+from ..results.intervals import bootstrap
 from ..results.metrics import summarize_cells
 from ..store.atomic import atomic_open, atomic_write_json
 from ..store.entries import Store
@@ -131,7 +132,8 @@ def judge(o: JudgeOptions) -> JudgeRun:
         if o.verdict == "logits":
             from .logits import judge_logits
 
-            return JudgeRun(samples, *judge_logits(o, protocol, samples, store, t_start))
+            cells, summary, run = judge_logits(o, protocol, samples, store, t_start)
+            return JudgeRun(samples, cells, summary, run)
         return _judge_text(o, protocol, samples, store, tie, invalid, t_start)
     finally:
         store.close()
@@ -173,6 +175,7 @@ def _judge_text(o, protocol, samples, store, tie, invalid, t_start) -> JudgeRun:
     cells = planning.cells(asks, values, len(samples))
     domains = [s.domain for s in samples]
     summary = summarize_cells(cells, domains, [s.subset for s in samples], [s.name for s in samples])
+    summary["intervals"] = bootstrap(cells, domains, o.bootstrap)  # 95% intervals over prompts (None: --bootstrap 0)
     chars, reusable = planning.shared_prefix_chars(requests)
     run = {
         "options": {**asdict(o), "base_url": safe_url(o.base_url)}, "kind": "judge", "protocol": protocol.describe(),

@@ -11,9 +11,11 @@ _API = ("score", "compare", "Result", "Comparison")
 
 def __getattr__(name):
     if name in _API:
-        from .engine import api
+        # by name, not an import statement: store keys draw their code graph from import statements,
+        # and the modules that read __version__ (store.keys, engine.finished) do not depend on the API
+        import importlib
 
-        return getattr(api, name)
+        return getattr(importlib.import_module(".engine.api", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -1,6 +1,7 @@
 """The Python API (rmbench_fast.score / compare) against the command line, which it must equal for
 the same options: summaries, per-sample scores and one-line errors. Loaded model objects score as
-their saved folders do, and are handed back untouched. Tiny random-weight models (conftest.world)."""
+their saved folders do (also under accelerate's mixed-precision forward wrapper), in one dtype for a
+policy and its reference, and are handed back untouched. Tiny random-weight models (conftest.world)."""
 
 import json
 import re
@@ -94,6 +95,7 @@ def test_loaded_objects_score_as_their_folders(world, with_tokenizer):
         models = by_object.run["models"]
         assert all(m["in_memory"] and m["sha256"] is None and not m["cached"] for m in models.values())
         assert by_object.run["options"]["device"] == "cpu" and by_object.run["options"]["dtype"] == "float32"
+        assert by_object.run["tokenizer_in_memory"] is with_tokenizer and by_path.run["tokenizer_in_memory"] is False
 
 
 def test_a_loaded_model_is_handed_back_untouched(world):
@@ -134,7 +136,13 @@ def test_a_loaded_model_is_never_moved_or_cast(world):
     (["--limit", "x"], dict(limit="x")),
     (["--ref-free", "sum", "--ref-model", "REF"], dict(ref_free="sum", ref_model="REF")),
     (["--prefix-cache-mb", "0"], dict(prefix_cache_mb=0)),
-], ids=["range", "type", "conflict", "prefix-cache"])
+    (["--mode", "bogus"], dict(mode="bogus")),
+    (["--dtype", "float64"], dict(dtype="float64")),
+    (["--ref-free", "mean"], dict(ref_free="mean")),
+    (["--compat", "exact"], dict(compat="exact")),
+    (["--logprob-impl", "cuda"], dict(logprob_impl="cuda")),
+    (["--engine", "Ray"], dict(engine="Ray")),
+], ids=["range", "type", "conflict", "prefix-cache", "mode", "dtype", "ref-free", "compat", "logprob-impl", "engine"])
 def test_a_bad_option_raises_the_clis_line(world, cli_args, api_kw):
     cli_args = [world["ref"] if a == "REF" else a for a in cli_args]
     api_kw = {k: world["ref"] if v == "REF" else v for k, v in api_kw.items()}
@@ -146,6 +154,52 @@ def test_a_bad_option_raises_the_clis_line(world, cli_args, api_kw):
     with pytest.raises(UsageError) as e:
         rmbench_fast.score(world["policy"], data=world["data"], quiet=True, **api_kw)
     assert str(e.value) == expected
+
+
+@pytest.fixture
+def fresh_accelerate(monkeypatch):
+    """accelerate's process-wide state reset around a test that builds its own Accelerator (and
+    ACCELERATE_MIXED_PRECISION, which transformers 4's TrainingArguments set, restored)."""
+    from accelerate.state import AcceleratorState
+
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "no")
+    AcceleratorState._reset_state(reset_partial_state=True)
+    yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+
+def test_mixed_precision_wrappers_are_set_aside(world, fresh_accelerate):
+    """accelerate's bf16 prepare_model (as a Trainer with bf16=True) replaces forward with an autocast
+    wrapper on the objects: the policy and its reference are still scored in float32, as their folders
+    (also inside the caller's autocast region), and handed back with the wrappers."""
+    import accelerate
+
+    acc = accelerate.Accelerator(mixed_precision="bf16", cpu=True)
+    policy = AutoModelForCausalLM.from_pretrained(world["policy"], torch_dtype=torch.float32)
+    ref = AutoModelForCausalLM.from_pretrained(world["ref"], torch_dtype=torch.float32)
+    assert acc.prepare_model(policy) is policy and acc.prepare_model(ref) is ref
+    wrappers = [m.__dict__["forward"] for m in (policy, ref)]
+    by_path = rmbench_fast.score(world["policy"], ref_model=world["ref"], data=world["data"], quiet=True, limit=1)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # nor does a caller's autocast region cast them
+        by_object = rmbench_fast.score(policy, ref_model=ref, data=world["data"], quiet=True, limit=1)
+    np.testing.assert_array_equal(by_object.chosen, by_path.chosen)
+    np.testing.assert_array_equal(by_object.rejected, by_path.rejected)
+    assert by_object.run["dtype"] == "float32"
+    assert all(m.__dict__["forward"] is w for m, w in zip((policy, ref), wrappers))
+
+
+def test_a_policy_and_its_reference_are_scored_in_one_dtype(world):
+    policy = AutoModelForCausalLM.from_pretrained(world["policy"], torch_dtype=torch.float32)
+    ref16 = AutoModelForCausalLM.from_pretrained(world["ref"], torch_dtype=torch.bfloat16)
+    with pytest.raises(UsageError, match=r"^model is float32 and ref_model is bfloat16: a policy and its reference "
+                                         r"are scored in one dtype"):
+        rmbench_fast.score(policy, ref_model=ref16, data=world["data"], quiet=True)
+    with pytest.raises(UsageError, match=r"^--dtype float32: the loaded ref_model is bfloat16, in which it is scored"):
+        rmbench_fast.score(world["policy"], ref_model=ref16, data=world["data"], quiet=True, dtype="float32")
+    # a policy given by its path is loaded as the loaded reference is: in bfloat16, on its device
+    got = rmbench_fast.score(world["policy"], ref_model=ref16, data=world["data"], quiet=True, limit=1, no_cache=True)
+    assert got.run["options"]["dtype"] == "bfloat16" and got.run["dtype"] == "bfloat16"
+    assert got.run["options"]["device"] == "cpu" and ref16.dtype == torch.bfloat16
 
 
 def test_an_unknown_option_is_one_line_naming_the_nearest(world):

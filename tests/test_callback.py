@@ -2,23 +2,29 @@
 callbacks (a recorder's on_log), each step's folder is written and equals the Python API scoring the
 checkpoint saved at that step, a resumed run reads finished steps back instead of scoring them, and
 training is not disturbed (weights, gradients, training flags, RNG states, the trainer's own logs).
+Under bf16 training the checkpoint's float32 numbers still; the tokenizer from the folder the
+trainer's came from; the step training stops at; what distributed training needs (stand-ins).
 DPO: against the reference a duck-typed trainer holds (its pass computed once per training run),
 and with TRL's DPOTrainer when trl is installed."""
 
 import json
 import random
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 from conftest import make_item
-from transformers import AutoModelForCausalLM, Trainer, TrainerCallback, TrainingArguments, default_data_collator
+from transformers import (AutoModelForCausalLM, AutoTokenizer, Trainer, TrainerCallback, TrainingArguments,
+                          default_data_collator)
 
 import rmbench_fast
 import rmbench_fast.engine.score as engine_score
 from rmbench_fast.errors import UsageError
 from rmbench_fast.integrations import RMBenchCallback
-from rmbench_fast.integrations.steps import rng_kept
+from rmbench_fast.integrations.callback import _unwrap
+from rmbench_fast.integrations import steps
+from rmbench_fast.integrations.steps import MARKER, check_distributed, identity, rng_kept, weights_digest
 from rmbench_fast.tiny.models import build_model, llama_config, train_tokenizer
 
 BOOT = 300  # resamples of the intervals: the callback and the API runs it is compared with use the same
@@ -89,10 +95,11 @@ def token_rows(tok, n, labels):
     return [{"input_ids": r, "labels": r.clone() if labels == "lm" else torch.rand((), generator=g)} for r in rows]
 
 
-def rm_training(world, out, seed, max_steps, every, **kw):
+def rm_training(world, out, seed, max_steps, every, tok=None, **kw):
     """A tiny reward model trained for max_steps (regression on random labels), the callback between
-    a Snapshot and an Unchanged probe, and a Recorder."""
-    tok = world["tok"]
+    a Snapshot and an Unchanged probe, and a Recorder. tok: the trainer's processing_class (default
+    world's, built in memory)."""
+    tok = tok or world["tok"]
     model = build_model("rm", llama_config(len(tok), hidden=32, layers=1, heads=4), seed)
     model.config.pad_token_id = tok.eos_token_id  # batches of 2 need one to pool
     before, rec = Snapshot(), Recorder()
@@ -110,7 +117,7 @@ def test_reward_model_training(world, tmp_path, passes):
     trainer, cb, rec, after = rm_training(world, out, seed=1, max_steps=4, every=2, save_strategy="steps",
                                           save_steps=2)
     trainer.train()
-    assert cb.scored == [2, 4] and cb.read_back == [] and passes["n"] == 2 and after.checked == 4
+    assert cb.scored == [2, 4] and cb.steps_read_back == [] and passes["n"] == 2 and after.checked == 4
     for step in (1, 2, 3, 4):  # the trainer's own logs (loss) still at every step
         assert len(rec.at(step, "loss")) == 1
     for step in (2, 4):
@@ -135,7 +142,7 @@ def test_reward_model_training(world, tmp_path, passes):
     trainer, cb2, rec2, _ = rm_training(world, out, seed=1, max_steps=4, every=2, save_strategy="steps",
                                         save_steps=2)
     trainer.train(resume_from_checkpoint=str(out / "checkpoint-2"))
-    assert cb2.scored == [] and cb2.read_back == [4] and passes["n"] == 0
+    assert cb2.scored == [] and cb2.steps_read_back == [4] and passes["n"] == 0
     assert rec2.at(4, "rmbench/overall") == rec.at(4, "rmbench/overall")
     np.testing.assert_array_equal(cb2.results[4].chosen, cb.results[4].chosen)
 
@@ -146,6 +153,141 @@ def test_reward_model_training(world, tmp_path, passes):
     summary = json.loads((out / "rmbench" / "step-2" / "summary.json").read_text())
     assert rec3.at(2, "rmbench/overall") == [summary["overall"]]
     assert not np.array_equal(cb3.results[2].chosen, cb.results[2].chosen)
+
+
+@pytest.fixture
+def fresh_accelerate(monkeypatch):
+    """accelerate's process-wide state reset around a bf16 training, and ACCELERATE_MIXED_PRECISION
+    (transformers 4's TrainingArguments set it, and every later Accelerator would train in bf16) restored."""
+    from accelerate.state import AcceleratorState
+
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "no")
+    AcceleratorState._reset_state(reset_partial_state=True)
+    yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+
+def test_bf16_training_is_scored_in_float32_with_the_tokenizers_files(world, tmp_path, fresh_accelerate):
+    """bf16=True: accelerate wraps the model's forward in bf16 autocast; the callback's numbers are still
+    those of the float32 checkpoint scored from its folder. The trainer's tokenizer came from a folder
+    of tokenizer files: the run loads those files, as the CLI does."""
+    out = tmp_path / "run"
+    tok = AutoTokenizer.from_pretrained(world["rm"])
+    trainer, cb, rec, _ = rm_training(world, out, seed=1, max_steps=2, every=2, tok=tok, save_strategy="steps",
+                                      save_steps=2, bf16=True)
+    trainer.train()
+    assert "_original_forward" in trainer.model.__dict__  # the wrapper the trainer trained through, kept
+    assert cb.scored == [2]
+    run = cb.results[2].run
+    assert run["dtype"] == "float32" and run["options"]["tokenizer"] == world["rm"]
+    assert run["tokenizer_in_memory"] is False
+    assert json.loads((out / "rmbench" / "step-2" / "run.json").read_text())["tokenizer_in_memory"] is False
+    api = rmbench_fast.score(str(out / "checkpoint-2"), data=world["data"], bootstrap=BOOT, quiet=True, no_cache=True)
+    np.testing.assert_array_equal(cb.results[2].chosen, api.chosen)
+    np.testing.assert_array_equal(cb.results[2].rejected, api.rejected)
+    assert cb.results[2].summary == api.summary
+
+
+def test_the_tokenizer_source(world):
+    """The trainer's tokenizer: its folder when it holds the same tokenizer, else the object as it is;
+    tokenizer= as given."""
+    cb = RMBenchCallback(every=1)
+    assert cb._tokenizer(None, AutoTokenizer.from_pretrained(world["rm"])) == world["rm"]
+    changed = AutoTokenizer.from_pretrained(world["rm"])
+    changed.add_tokens(["zzz-added-in-memory"])
+    assert RMBenchCallback(every=1)._tokenizer(None, changed) is changed
+    assert RMBenchCallback(every=1)._tokenizer(None, world["tok"]) is world["tok"]  # built in memory: no folder
+    given = AutoTokenizer.from_pretrained(world["rm"])
+    assert RMBenchCallback(every=1, tokenizer=given)._tokenizer(None, None) is given
+
+
+class Stop(TrainerCallback):
+    """Stops training at a step, after the RM-Bench callback's on_step_end (as a stop it cannot see coming)."""
+
+    def __init__(self, at):
+        self.at = at
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.at:
+            control.should_training_stop = True
+
+
+def test_the_step_training_stops_at_is_scored(world, tmp_path, passes):
+    trainer, cb, rec, _ = rm_training(world, tmp_path / "run", seed=1, max_steps=8, every=2)
+    trainer.add_callback(Stop(3))
+    trainer.train()
+    assert trainer.state.global_step == 3 and cb.scored == [2, 3] and passes["n"] == 2
+    assert len(rec.at(3, "rmbench/overall")) == 1
+
+
+def test_a_step_scored_again_loses_its_old_marker_first(world, tmp_path, monkeypatch):
+    folder = tmp_path / "run" / "rmbench" / "step-1"
+    folder.mkdir(parents=True)
+    (folder / MARKER).write_text(json.dumps({"step": 1, "identity": {}}))  # another run's finished step
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("interrupted")
+
+    monkeypatch.setattr(engine_score, "model_pass", fails)
+    trainer, cb, _, _ = rm_training(world, tmp_path / "run", seed=1, max_steps=1, every=1)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        trainer.train()
+    assert not (folder / MARKER).exists()
+
+
+def test_a_step_of_other_code_is_not_read_back(monkeypatch):
+    before = identity({"limit": 1}, "digest", None)
+    assert before["version"] == rmbench_fast.__version__ and before["code"]
+    monkeypatch.setattr(rmbench_fast, "__version__", "0.0.1-older")
+    assert identity({"limit": 1}, "digest", None) != before
+    monkeypatch.undo()
+    monkeypatch.setattr(steps, "code_fingerprint", lambda roots: "other sources")
+    assert identity({"limit": 1}, "digest", None) != before
+    assert identity({"limit": 1}, "digest", None, tokenizer_in_memory=True) != identity({"limit": 1}, "digest", None)
+
+
+def test_sharded_training_is_refused():
+    def zero(stage):
+        return SimpleNamespace(accelerator=SimpleNamespace(state=SimpleNamespace(
+            deepspeed_plugin=SimpleNamespace(zero_stage=stage))))
+
+    with pytest.raises(UsageError, match=r"^RMBenchCallback: FSDP: the main process scores the model it holds whole"):
+        RMBenchCallback(SimpleNamespace(is_fsdp_enabled=True), every=1).on_train_begin(None, None, None)
+    with pytest.raises(UsageError, match=r"^RMBenchCallback: DeepSpeed ZeRO-3: "):
+        RMBenchCallback(zero(3), every=1).on_train_begin(None, None, None)
+    check_distributed(zero(2))  # ZeRO-2: every rank holds the whole weights
+    check_distributed(SimpleNamespace(is_fsdp_enabled=False, accelerator=None))
+    partitioned, emptied = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    partitioned.weight.ds_id = 3
+    emptied.weight.data = torch.empty(0)
+    emptied.weight.ds_shape = torch.Size([2, 2])
+    for model in (partitioned, emptied):
+        with pytest.raises(UsageError, match=r"^RMBenchCallback: weight is a DeepSpeed ZeRO-3 partition"):
+            weights_digest(model)
+
+
+def test_the_other_ranks_wait_for_the_main_one():
+    """Every rank calls accelerator.wait_for_everyone() at a step due, after the main process scored."""
+    order = []
+    unwrap_kwargs = {}
+
+    def unwrap_model(model, keep_fp32_wrapper=True, keep_torch_compile=True):
+        unwrap_kwargs.update(keep_torch_compile=keep_torch_compile)
+        return model
+
+    trainer = SimpleNamespace(accelerator=SimpleNamespace(wait_for_everyone=lambda: order.append("wait"),
+                                                          unwrap_model=unwrap_model))
+    control = SimpleNamespace(should_training_stop=False)
+    other = RMBenchCallback(trainer, every=2)  # a rank other than the main one: it scores nothing
+    for step in (1, 2, 3):
+        other.on_step_end(None, SimpleNamespace(global_step=step, max_steps=9, is_world_process_zero=False), control)
+    assert order == ["wait"] and other.results == {}
+    main = RMBenchCallback(trainer, every=2)
+    main.score_step = lambda *args, **kwargs: order.append("score")
+    main.on_step_end(None, SimpleNamespace(global_step=2, max_steps=9, is_world_process_zero=True), control)
+    assert order == ["wait", "score", "wait"]
+    model = torch.nn.Linear(2, 2)
+    assert _unwrap(trainer, model) is model and unwrap_kwargs == {"keep_torch_compile": False}  # not the compiled one
 
 
 class RefTrainer(Trainer):

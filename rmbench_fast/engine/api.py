@@ -7,29 +7,29 @@ and runs the same engine the CLI runs, so for the same options its summary is th
 option is the same one-line exception (errors.UsageError) the CLI prints. `model`, `ref_model` and
 `tokenizer` are paths (local folders or hub ids) or objects already loaded: those are lent to the
 run (engine.lent) and scored as they are, on their own device and in their own dtype, with no
-files written or read for them. `compare` wraps results.compare for run folders, results files and
-the Results `score` returns.
+files written or read for them (a loaded policy and reference share one dtype; a policy or reference
+given by its path is loaded where the loaded one is, in its dtype: engine.api_options, which also
+checks the options). `compare` wraps results.compare for run folders, results files and the Results
+`score` returns.
 """
 
 from __future__ import annotations
 
-import difflib
 import json
-import numbers
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import UsageError
 from ..inputs.data import HUB_DEFAULT
-from ..models.device import DTYPES
-from .lent import Given, device_of, dtype_of, name_of
+from ..store.atomic import atomic_write_json
+from .api_options import option_values, where
+from .lent import Given, name_of
 from .options import ScoreOptions
 
-NAMED = ("model", "ref_model", "data", "tokenizer")  # score's own parameters
-FLAGS = {"no_cache": "cache", "quiet": "progress"}  # the CLI's flags that turn an option off
+__all__ = ["Comparison", "Result", "build", "compare", "option_values", "result_of", "score", "score_built"]
 
 
 @dataclass
@@ -83,55 +83,6 @@ def result_of(scored, o: ScoreOptions) -> Result:
                   o.output)
 
 
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def _value(name: str, value, annotation: str):
-    """`value` checked against the option's type, as click converts the CLI's (one-line errors in its words)."""
-    kinds = [k.strip() for k in str(annotation).split("|")]
-    if value is None and "None" in kinds:
-        return None
-    kind, bad = kinds[0], f"Invalid value for '{_flag(name)}': {value!r} is not a valid"
-    if kind == "bool":
-        if isinstance(value, (bool, np.bool_)):
-            return bool(value)
-        raise UsageError(f"{bad} boolean.")
-    if kind == "int":
-        if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
-            return int(value)
-        raise UsageError(f"{bad} integer.")
-    if kind == "float":
-        if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
-            return float(value)
-        raise UsageError(f"{bad} float.")
-    if kind == "tuple":  # --domains: repeated, or separated with commas
-        items = (value,) if isinstance(value, str) else tuple(value) if isinstance(value, (list, tuple)) else None
-        if items is None or not all(isinstance(x, str) for x in items):
-            raise UsageError(f"{bad} list of names.")
-        return items
-    if isinstance(value, (str, os.PathLike)):
-        return os.fspath(value)
-    raise UsageError(f"{bad} string.")
-
-
-def option_values(given: dict) -> dict:
-    """The keyword options as ScoreOptions fields; an unknown one is an error naming the nearest."""
-    known = {f.name: f.type for f in fields(ScoreOptions) if f.name not in NAMED}
-    out = {}
-    for name, value in given.items():
-        if name in FLAGS:
-            if FLAGS[name] in given:
-                raise UsageError(f"{name} and {FLAGS[name]} set the same option: give one")
-            out[FLAGS[name]] = not _value(name, value, "bool")
-        elif name in known:
-            out[name] = _value(name, value, known[name])
-        else:
-            near = difflib.get_close_matches(name, [*known, *FLAGS], n=1)
-            raise UsageError(f"No such option: {name}" + (f" Did you mean {near[0]}?" if near else ""))
-    return out
-
-
 def _model(what: str, value):
     """(the name the run records, the loaded model or None) of a model given as a path or an object."""
     if value is None or isinstance(value, (str, os.PathLike)):
@@ -142,29 +93,6 @@ def _model(what: str, value):
         raise UsageError(f"{what}: expected a path, a hub id or a loaded transformers model, got "
                          f"{type(value).__name__}")
     return name_of(value) or f"<{type(value).__name__} in memory>", value
-
-
-def _where(opts: dict, lent) -> None:
-    """A loaded model is scored where it is and as it is: --device and --dtype are what it has; asking
-    for others is an error (it is never moved or cast: the caller's training would see it changed)."""
-    dev, dtype = device_of(lent), str(dtype_of(lent)).replace("torch.", "")
-    asked = opts.get("device")
-    if asked is not None:
-        import torch
-
-        try:
-            want = torch.device(asked)
-        except RuntimeError as e:
-            raise UsageError(f"--device {asked}: not a device ({e})") from None
-        if want.type != dev.type or want.index not in (None, dev.index):
-            raise UsageError(f"--device {asked}: the loaded model is on {dev}, where it is scored (it is never moved: "
-                             "move it first, or leave device out)")
-    if opts.get("dtype") not in (None, dtype):
-        raise UsageError(f"--dtype {opts['dtype']}: the loaded model is {dtype}, in which it is scored (it is never "
-                         "cast: cast it first, or leave dtype out)")
-    if dtype not in DTYPES:
-        raise UsageError(f"the loaded model is {dtype}: models are scored in {', '.join(DTYPES)}")
-    opts.update(device=str(dev), dtype=dtype)
 
 
 def build(model, ref_model=None, data=HUB_DEFAULT, tokenizer=None, **options) -> tuple[ScoreOptions, Given | None]:
@@ -187,10 +115,9 @@ def build(model, ref_model=None, data=HUB_DEFAULT, tokenizer=None, **options) ->
         if tokenizer is None:
             raise UsageError(f"model: a loaded {type(lent).__name__} with no name_or_path to load its tokenizer from: "
                              "pass tokenizer=")
-    if lent is not None:
-        _where(opts, lent)
     if lent_ref is not None and lent_ref is lent:
         raise UsageError("ref_model is the model itself: every reward would be 0")
+    where(opts, lent, lent_ref)  # the device and dtype of the loaded models (api_options.where)
     if not isinstance(data, (str, os.PathLike)):
         raise UsageError(f"data: expected a folder, a file or a hub dataset id, got {type(data).__name__}")
     o = ScoreOptions(**{**opts, "model": name, "ref_model": ref_name, "data": os.fspath(data), "tokenizer": tokenizer})
@@ -208,9 +135,15 @@ def score_built(o: ScoreOptions, given: Given | None = None, reuse: dict | None 
     finished before is read back), else a run of the lent objects (never read back: engine.lent)."""
     from .score import score as run_score
 
-    if given is None:
-        return run_score(o, reuse=reuse)
-    return run_score(o, reuse=reuse, read_back=False, given=given)
+    scored = run_score(o, reuse=reuse) if given is None else run_score(o, reuse=reuse, read_back=False, given=given)
+    if scored.run.get("tokenizer_in_memory") is None:
+        # whether the run's tokenizer was an object lent in memory (not loaded from files by
+        # models.tokenizer_loading, with their fingerprint); a lent run has no stamp: its run.json
+        # is written again with it
+        scored.run["tokenizer_in_memory"] = given is not None and given.tokenizer is not None
+        if given is not None and o.output:
+            atomic_write_json(Path(o.output) / "run.json", scored.run)
+    return scored
 
 
 def score(model, ref_model=None, data=HUB_DEFAULT, tokenizer=None, **options) -> Result:

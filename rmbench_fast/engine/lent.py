@@ -6,13 +6,18 @@ store (a model being trained changes in place between two calls), so its passes 
 up nor kept there; its run has no stamp, so a later run of the same path never reads its results
 back (engine.finished). The caller keeps the model: it is put in evaluation mode and set up as the
 scorer's `load` sets up the models it loads, and afterwards every module's training flag and that
-setup are as they were; it runs without gradients on its own device and in its own dtype.
+setup are as they were; it runs without gradients on its own device and in its own dtype (not
+through accelerate's mixed-precision forward wrapper, nor in a caller's autocast region).
+
+The scorers' batch functions run under torch.inference_mode (their own decorators): a module that
+writes a buffer during a forward (a dynamic RoPE's inv_freq, say) would leave an inference tensor in
+the caller's model. lend's no_grad cannot override them: the scorers would have to take the mode.
 """
 
 from __future__ import annotations
 
 import copy
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -78,17 +83,44 @@ def describe(model) -> dict:
             "dtype": str(dtype_of(model)).replace("torch.", "")}
 
 
+def plain_forward(model):
+    """Undo accelerate's mixed precision for a pass: under `bf16=True` / `fp16=True` its prepare_model
+    replaces the instance's `forward` with an autocast wrapper (keeping the original as
+    `_original_forward`), and unwrap_model keeps it, so the model would run in half precision while
+    the run records its weights' dtype. The original forward is set for the pass; returns a function
+    that puts the wrapper back (the trainer keeps training with it)."""
+    own = model.__dict__
+    if "forward" not in own or "_original_forward" not in own:
+        return lambda: None
+    wrapper = own["forward"]
+    own["forward"] = own["_original_forward"]
+
+    def undo():
+        own["forward"] = wrapper
+
+    return undo
+
+
 @contextmanager
 def lend(scorer, model):
-    """`model` ready for a pass: evaluation mode, the scorer's setup (Scorer.adopt), no gradients;
-    afterwards each module's training flag and the setup restored, whatever happened."""
+    """`model` ready for a pass: evaluation mode, the scorer's setup (Scorer.adopt), its own forward
+    rather than a mixed-precision wrapper (plain_forward), autocast off, no gradients; afterwards
+    each module's training flag, the wrapper and the setup restored, whatever happened."""
     flags = [(m, m.training) for m in model.modules()]
-    undo = scorer.adopt(model)
+    device = device_of(model).type
+    undo_forward = plain_forward(model)
     try:
-        model.eval()
-        with torch.no_grad():
-            yield model
+        undo = scorer.adopt(model)
+        try:
+            model.eval()
+            with ExitStack() as stack:
+                if torch.amp.is_autocast_available(device):  # a caller's autocast region: not in its dtype
+                    stack.enter_context(torch.autocast(device, enabled=False))
+                stack.enter_context(torch.no_grad())
+                yield model
+        finally:
+            undo()
+            for m, training in flags:
+                m.training = training
     finally:
-        undo()
-        for m, training in flags:
-            m.training = training
+        undo_forward()

@@ -3,9 +3,16 @@ model's weights, each step's folder and when it can be read back instead of scor
 number generators' states kept across a scoring.
 
 A step folder is read back only when it holds a finished scoring (callback.json, written after the
-engine's results, summary and run.json) of the same options and of the same weights: a resumed run
-that reaches a step again with the weights it had is not scored again, while a folder left by
-another training run in the same output folder (other weights at that step) is scored again.
+engine's results, summary and run.json) of the same options, weights, tokenizer source and code
+(the package's version and the sources of the modules that score): a resumed run that reaches a step
+again with the weights it had is not scored again, while a folder left by another training run in
+the same output folder (other weights at that step), or by an older rmbench-fast, is scored again;
+its old marker is removed first, so a scoring that fails half-way leaves no folder that looks
+finished.
+
+Distributed training: the main process scores the model it holds whole; FSDP and DeepSpeed ZeRO-3
+shard the weights over the ranks (each holds a piece, the rest are placeholders), so they are
+refused (check_distributed), as are ZeRO-3 placeholder parameters in a digest.
 """
 
 from __future__ import annotations
@@ -19,9 +26,29 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..errors import UsageError
 from ..store.atomic import atomic_write_json
+from ..store.keys import code_fingerprint
 
 MARKER = "callback.json"
+CODE_ROOTS = ("rmbench_fast.engine.api", "rmbench_fast.engine.score")  # and every module they import
+SHARDED = ("the main process scores the model it holds whole; {what} shards the weights over the ranks. Score the "
+           "checkpoints the training saves instead (rmbench-fast score / sweep)")
+
+
+def check_distributed(trainer) -> None:
+    """Refuse trainers whose model no one process holds whole: FSDP, DeepSpeed ZeRO-3."""
+    if getattr(trainer, "is_fsdp_enabled", False):
+        raise UsageError("RMBenchCallback: FSDP: " + SHARDED.format(what="FSDP"))
+    state = getattr(getattr(trainer, "accelerator", None), "state", None)
+    plugin = getattr(state, "deepspeed_plugin", None)
+    if plugin is not None and getattr(plugin, "zero_stage", None) == 3:
+        raise UsageError("RMBenchCallback: DeepSpeed ZeRO-3: " + SHARDED.format(what="ZeRO-3"))
+
+
+def _placeholder(t) -> bool:
+    """A DeepSpeed ZeRO-3 parameter: this rank holds a partition (ds_id), the tensor is empty."""
+    return hasattr(t, "ds_id") or (t.numel() == 0 and bool(getattr(t, "ds_shape", None)))
 
 
 @torch.no_grad()
@@ -31,6 +58,9 @@ def weights_digest(model) -> str:
     host). Identical weights give identical digests; a training step moves them."""
     names, stats = [], []
     for name, t in [*model.named_parameters(), *model.named_buffers()]:
+        if _placeholder(t):
+            raise UsageError(f"RMBenchCallback: {name} is a DeepSpeed ZeRO-3 partition: "
+                             + SHARDED.format(what="ZeRO-3"))
         names.append([name, list(t.shape), str(t.dtype)])
         if t.numel() == 0:
             continue
@@ -65,11 +95,16 @@ def step_folder(root, step: int) -> Path:
     return Path(root) / f"step-{step}"
 
 
-def identity(options: dict, weights: str, reference) -> dict:
-    """What a step's numbers depend on beyond the code: the run's options (less where results go and
-    how a run shows itself), the weights' digest and the reference's (a digest, a path, or None)."""
+def identity(options: dict, weights: str, reference, tokenizer_in_memory: bool = False) -> dict:
+    """What a step's numbers depend on: the run's options (less where results go and how a run shows
+    itself), the weights' digest and the reference's (a digest, a path, or None), whether the
+    tokenizer was the trainer's object or loaded from its files, and the code: the package's version
+    and the sources of the modules that score (store.keys.code_fingerprint, computed once a process)."""
+    import rmbench_fast
+
     kept = {k: v for k, v in options.items() if k not in ("output", "overwrite", "progress")}
-    return {"options": kept, "weights": weights, "reference": reference}
+    return {"options": kept, "weights": weights, "reference": reference, "tokenizer_in_memory": tokenizer_in_memory,
+            "version": rmbench_fast.__version__, "code": code_fingerprint(CODE_ROOTS)}
 
 
 def read_back(folder: Path, ident: dict):
@@ -89,6 +124,11 @@ def read_back(folder: Path, ident: dict):
     chosen, rejected, domains, subsets, _ = read_scores(folder / "results.json")
     ids = [item.get("id", i) for i, item in enumerate(items)]
     return summary, ids, list(domains), list(subsets), chosen, rejected, {**run, "reused": True}
+
+
+def unmark(folder: Path) -> None:
+    """Before a step is scored again in its folder: no marker of the old scoring over new files."""
+    (folder / MARKER).unlink(missing_ok=True)
 
 
 def mark_finished(folder: Path, step: int, ident: dict) -> None:

@@ -15,7 +15,7 @@ from rmbench_fast.cli.main import main
 from rmbench_fast.engine.sweep import Comparisons, baseline_index
 from rmbench_fast.errors import UsageError
 from rmbench_fast.results import intervals
-from rmbench_fast.results.metrics import cells_from_scores
+from rmbench_fast.results.metrics import cells_from_scores, summarize_cells
 
 SIZES = {"chat": 30, "math": 60, "code": 40, "safety-refuse": 25, "safety-response": 15}
 
@@ -75,7 +75,9 @@ def test_compare_two_folders_finds_the_planted_difference(tmp_path):
     assert res.exit_code == 0, res.output
     got = json.loads(res.stdout)
     assert list(got["runs"]) == [str(a), str(b)]
-    assert got["method"] == {"kind": intervals.METHOD, "resamples": 2000, "seed": 0, "level": 0.95}
+    assert got["method"] == {"kind": intervals.METHOD, "resamples": 2000, "seed": 0, "level": 0.95,
+                             "min_prompts_for_intervals": 10, "small_domains": []}
+    assert got["prompts"]["complete"] is False and "chat has 30 of its 129 prompts" in got["prompts"]["note"]
     names = intervals.metric_names(list(SIZES))
     for name, its in ((str(a), items), (str(b), b_items)):
         ref = flat_official(its)
@@ -126,6 +128,14 @@ def test_identical_runs_and_baseline(tmp_path):
     for m in same["metrics"].values():
         assert m == {"diff": 0.0, "low": 0.0, "high": 0.0, "p": 1.0, "significant": False}
     assert got["pairs"][0]["metrics"]["math"]["significant"]
+    # --baseline without resamples: the same pairs, plain differences (no interval, no p)
+    plain = json.loads(run("compare", c, a, b, "--baseline", a, "--bootstrap", 0, "--json", "-").stdout)
+    assert [(p["a"], p["b"]) for p in plain["pairs"]] == [(str(a), str(c)), (str(a), str(b))]
+    m = plain["pairs"][0]["metrics"]["math"]
+    assert m["diff"] == pytest.approx(got["pairs"][0]["metrics"]["math"]["diff"], abs=1e-12) and m["diff"] > 0
+    assert m["low"] is m["high"] is m["p"] is None and m["significant"] is False
+    text = run("compare", c, a, "--baseline", a, "--bootstrap", 0).stdout
+    assert "values and differences only" in text and "B-A" in text
 
 
 def test_official_files_on_different_prompts(tmp_path):
@@ -148,12 +158,29 @@ def test_official_files_on_different_prompts(tmp_path):
     assert got["runs"][str(a)]["chat"]["value"] == flat_official(items[5:30])["chat"]
     text = run("compare", a, b, "--bootstrap", 0)
     assert text.exit_code == 0 and f"({len(items) - 25} prompt(s) not in every run left out)" in text.stdout
+    # the common prompts are chat's only: their "overall" is chat's, which the comparison says
+    assert got["prompts"]["complete"] is False and "math, code, safety missing" in got["prompts"]["note"]
+    assert "note: overall is not the paper's four-domain RM-Bench number: it averages 1 domain(s) (chat)" in text.stdout
 
 
-@pytest.mark.parametrize("case", ["missing", "bad", "disjoint", "one", "twice"])
+def test_small_domains_are_noted(tmp_path):
+    items = [x for x in scored_items(6) if x["domain"] != "chat" or x["id"] < 4]  # 4 chat prompts
+    a = run_folder(tmp_path / "a", items)
+    b = run_folder(tmp_path / "b", planted(items, "math")[0])
+    got = json.loads(run("compare", a, b, "--bootstrap", 100, "--json", "-").stdout)
+    assert got["method"]["small_domains"] == ["chat"]
+    text = run("compare", a, b, "--bootstrap", 100).stdout
+    assert "note: intervals of chat (fewer than 10 prompts) understate the uncertainty" in text
+
+
+@pytest.mark.parametrize("case", ["missing", "bad", "disjoint", "one", "twice", "no-id", "twice-no-domain"])
 def test_errors_are_one_line(tmp_path, case):
     a = run_folder(tmp_path / "a", scored_items())
+    official = [{k: v for k, v in x.items() if k != "domain"} for x in scored_items()]  # ids 0.. in every domain
     args = {"missing": [a, tmp_path / "nope"],
+            "no-id": [a, write_json(tmp_path / "chat_x.json", [{k: v for k, v in x.items() if k != "id" or x["id"] != 3}
+                                                               for x in official[:10]])],
+            "twice-no-domain": [a, write_json(tmp_path / "results-all.json", official)],
             "bad": [a, write_json(tmp_path / "bad.json", [{"id": 1, "domain": "chat", "score_chosen": [1, 2]}])],
             "disjoint": [a, write_json(tmp_path / "math_filtered.json",
                                        [{"id": 999, "score_chosen": [1, 1, 1], "score_rejected": [0, 0, 0]}])],
@@ -163,7 +190,9 @@ def test_errors_are_one_line(tmp_path, case):
     (line,) = res.stderr.strip().splitlines()
     assert line.startswith("rmbench-fast: error: ")
     assert {"missing": "nope: no such run folder", "bad": "item 0, key 'score_chosen'",
-            "disjoint": "no prompt in common", "one": "at least two runs", "twice": "given twice"}[case] in line
+            "disjoint": "no prompt in common", "one": "at least two runs", "twice": "given twice",
+            "no-id": "chat_x.json, item 3, key 'id': has no id",
+            "twice-no-domain": "add `domain` to each item or name the file `<domain>_...json`"}[case] in line
 
 
 @pytest.fixture(scope="module")
@@ -203,7 +232,7 @@ def test_sweep_compares_every_checkpoint_with_the_baseline(sweep_models, tmp_pat
             if r["step"] == b["step"]:
                 assert r["vs_baseline"] is None
                 continue
-            assert r["vs_baseline"]["baseline"] == b["checkpoint"]
+            assert r["vs_baseline"]["baseline"] == b["dir"]  # the sub-folder: unique among the checkpoints
             want = intervals.paired(cells[b["step"]], cells[r["step"]], domains)["metrics"]
             for m, v in r["vs_baseline"]["metrics"].items():
                 assert v["significant"] == (v["low"] > 0 or v["high"] < 0)
@@ -221,6 +250,31 @@ def test_sweep_compares_every_checkpoint_with_the_baseline(sweep_models, tmp_pat
     check(rows, rows[1])
     res = run(*base, "--baseline", "40")
     assert res.exit_code == 2 and "--baseline 40 is not one of the sweep's checkpoints" in res.stderr
+    # --bootstrap 0: --baseline is not ignored; plain differences, no interval or p
+    res = run(*base, "--baseline", "20", "--bootstrap", 0)
+    assert res.exit_code == 0, res.output
+    rows = sweep_rows(tmp_path / "s")
+    assert rows[1]["vs_baseline"] is None
+    for r in (rows[0], rows[2]):
+        o = r["vs_baseline"]["metrics"]["overall"]
+        assert r["vs_baseline"]["baseline"] == "checkpoint-20" and o["low"] is o["high"] is o["p"] is None
+        assert o["diff"] == pytest.approx(r["overall"] - rows[1]["overall"], abs=1e-12) and not o["significant"]
+    assert "(no intervals: --bootstrap 0)" in res.output
+
+
+def test_sweep_names_its_baseline_by_its_unique_sub_folder(sweep_models, tmp_path):
+    """Two checkpoints with the same folder name: vs_baseline names the baseline's sub-folder."""
+    import shutil
+
+    root, data = sweep_models
+    twin = shutil.copytree(root / "run" / "checkpoint-20", tmp_path / "other" / "checkpoint-20")
+    res = run("sweep", "--model", root / "run" / "checkpoint-20", "--model", twin, "--baseline", twin, "--data", data,
+              "--output", tmp_path / "s", "--no-plots", "--cache-dir", tmp_path / "store", "--bootstrap", 200)
+    assert res.exit_code == 0, res.output
+    rows = sweep_rows(tmp_path / "s")
+    assert [r["dir"] for r in rows] == ["checkpoint-20", "001-checkpoint-20"]
+    assert rows[1]["vs_baseline"] is None and rows[0]["vs_baseline"]["baseline"] == "001-checkpoint-20"
+    assert json.loads((tmp_path / "s" / "sweep.json").read_text())["baseline"] == "001-checkpoint-20"
 
 
 def test_baseline_by_name_path_or_step(tmp_path):
@@ -245,7 +299,7 @@ def test_comparisons_wait_for_a_baseline_that_finishes_last(tmp_path):
     rows = {}
     for k in (2, 0, 1):
         rows[k] = {"checkpoint": "xyz"[k]}
-        versus.add(k, *scores[k], domains, tmp_path)
+        versus.add(k, *scores[k], domains, tmp_path / "xyz"[k], [f"{d}/{i}" for i, d in enumerate(domains)])
         versus.fill(rows)
         if k != 1:
             assert all("vs_baseline" not in r for r in rows.values())
@@ -256,3 +310,36 @@ def test_comparisons_wait_for_a_baseline_that_finishes_last(tmp_path):
         got = rows[k]["vs_baseline"]
         assert got["baseline"] == "checkpoint-b"
         assert {m: {x: v[x] for x in ("diff", "low", "high", "p")} for m, v in got["metrics"].items()} == want
+
+
+def test_checkpoints_on_other_prompts_are_refused(tmp_path, monkeypatch):
+    """Checkpoints are paired prompt by prompt: one scored on other prompts is refused in one line,
+    whether scored now (the samples' names) or read back (its results.json's); without resamples the
+    plain differences need no results.json read again."""
+    import rmbench_fast.results.files as files
+    from rmbench_fast.errors import DataError
+
+    rng = np.random.default_rng(3)
+    items = scored_items(1)
+    domains = [x["domain"] for x in items]
+    names = [f"{x['domain']}/{x['id']}" for x in items]
+    scores = [(rng.normal(size=(len(items), 3)), rng.normal(size=(len(items), 3))) for _ in range(3)]
+    moved = names[:3] + ["chat/999"] + names[4:]
+    versus = Comparisons(0, "checkpoint-a", resamples=50)
+    versus.add(0, *scores[0], domains, tmp_path / "checkpoint-a", names)
+    with pytest.raises(DataError, match=r"checkpoint checkpoint-b was scored on other prompts than checkpoint "
+                                        r"checkpoint-a \('chat/999' only in checkpoint-b; 'chat/3' only in "):
+        versus.add(1, *scores[1], domains, tmp_path / "checkpoint-b", moved)
+    read_back = run_folder(tmp_path / "checkpoint-c", [{**x, "id": 999} if k == 3 else x for k, x in enumerate(items)])
+    with pytest.raises(DataError, match="checkpoint-c was scored on other prompts"):
+        versus.add(2, *scores[2], None, read_back)  # read back: names from its results.json
+    plain = Comparisons(0, "checkpoint-a", resamples=0)
+    monkeypatch.setattr(files, "read_scores", lambda *a, **k: pytest.fail("results.json read again"))
+    rows = {}
+    for k in range(2):
+        summary = summarize_cells(cells_from_scores(*scores[k]), domains)
+        plain.add(k, *scores[k], None, tmp_path / f"c{k}", None, summary)
+        rows[k] = {"overall": summary["overall"]}
+        plain.fill(rows)
+    diff = rows[1]["vs_baseline"]["metrics"]["overall"]["diff"]
+    assert diff == pytest.approx(rows[1]["overall"] - rows[0]["overall"])

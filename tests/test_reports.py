@@ -73,7 +73,7 @@ def test_report_is_a_markdown_table_that_names_model_mode_data_and_limit(tiny, l
     summary = json.loads((out / "summary.json").read_text())
     assert "```" not in report  # no code block around a text table any more
     assert tiny["rm"] in report and tiny["data"] in report
-    assert "**mode**: `rm`" in report and "first 2 prompts per domain" in report
+    assert "**mode**: `rm`" in report and "first 2 prompts per file domain" in report
     [table] = markdown_tables(report)
     assert table[0][:6] == ["domain", "prompts", "hard", "normal", "easy", "avg"]
     assert "|:---|---:|" in report  # the rule of a real table, numbers right-aligned
@@ -107,6 +107,11 @@ def test_intervals_in_summary_tables_and_report(tiny, limited):
     overall_line = next(line for line in printed.splitlines() if line.startswith("overall"))
     assert overall_line.split()[-3:] == [half, *span.split()] and pct(summary["overall"]) in overall_line
     assert "95% interval" in printed and "10,000 resamples" in printed
+    # 2 prompts a file domain: every domain's interval is too coarse to trust, which the method and tables say
+    assert iv["method"]["min_prompts_for_intervals"] == 10
+    assert iv["method"]["small_domains"] == ["chat", "math", "code", "safety"]
+    small = "note: intervals of chat, math, code, safety (fewer than 10 prompts) understate the uncertainty"
+    assert small in printed and small in (out / "report.md").read_text()
     [table] = markdown_tables((out / "report.md").read_text())
     assert table[0][-1] == "95% interval of avg"
     assert table[-1][-1] == span and table[-1][-2] == f"{pct(summary['overall'])} {half}"
@@ -136,7 +141,8 @@ def test_a_partial_run_says_its_overall_is_not_the_papers(tiny, tmp_path, option
     if option[0] == "--domains":
         assert "math, code, safety missing" in summary["note"] and "domains: chat" in r.output
     else:
-        assert "chat has 1 of its 129 prompts" in summary["note"] and "limit: first 1 prompts" in r.output
+        assert "chat has 1 of its 129 prompts" in summary["note"]
+        assert "limit: first 1 prompts per file domain" in r.output
     assert run("plot", out).exit_code == 0
     assert "not the paper's four-domain" in (out / "report.md").read_text()
 
@@ -161,7 +167,38 @@ def test_a_full_count_summary_has_no_note_and_one_prompt_less_has():
     assert other["complete"] is False and "'all'" in other["note"]
 
 
-def test_sweep_of_two_models_names_them_on_the_axis(tiny, tmp_path):
+def test_the_note_checks_each_safety_file_and_more_prompts_than_the_benchmark():
+    from rmbench_fast.results.metrics import format_table, summarize
+
+    chosen, rejected, domains = full_benchmark()
+    # safety's 441 prompts, but 300 + 141 instead of 284 + 157: safety's weights are not the paper's
+    first = domains.index("safety-response")
+    moved = ["safety-refuse" if first <= k < first + 16 else d for k, d in enumerate(domains)]
+    printed = format_table(summarize(chosen, rejected, moved))
+    assert "safety has the benchmark's number of prompts but not its files' (safety-refuse has 300 (the " \
+           "benchmark's 284), safety-response has 141 (the benchmark's 157))" in printed
+    no_response = [d != "safety-response" for d in domains]
+    pick = np.flatnonzero(no_response)
+    printed = format_table(summarize(chosen[pick], rejected[pick], [domains[i] for i in pick]))
+    assert "safety has 284 of its 441 prompts (safety-response missing)" in printed
+    more = summarize(*full_benchmark()[:2], ["chat"] * 130 + domains[130:])  # one math prompt labelled chat
+    assert more["complete"] is False and "chat has 130 prompts, more than the benchmark's 129" in more["note"]
+
+
+def test_notes_without_resamples_or_with_small_domains():
+    from rmbench_fast.results.tables import notes
+
+    summary = {"domains": {"chat": {"n_prompts": 3}}, "file_domains": {"chat": {"n_prompts": 3}},
+               "intervals": {"method": {"level": 0.95}, "metrics": {"overall": {"low": 0.1, "high": 0.2}}}}
+    out = notes(summary)  # a summary written before intervals named small domains, without resamples
+    assert "(? resamples, seed ?)" in out[-1]
+    assert "note: intervals of chat (fewer than 10 prompts) understate the uncertainty" in out[1]
+    summary["intervals"]["method"].update(resamples=500, small_domains=[])
+    assert not any("understate" in line for line in notes(summary)) and "(500 resamples" in notes(summary)[-1]
+
+
+def test_sweep_of_two_models_names_them_on_the_axis(tiny, tmp_path, monkeypatch):
+    import rmbench_fast.results.plots as plots
     from rmbench_fast.results.plots import sweep_figure, sweep_table
 
     out = tmp_path / "sweep"
@@ -175,13 +212,23 @@ def test_sweep_of_two_models_names_them_on_the_axis(tiny, tmp_path):
     for ax in fig.axes:
         assert [t.get_text() for t in ax.get_xticklabels()] == ["alpha-policy", "beta-policy"]
         assert ax.get_xlabel() == "model"
-    assert fig.get_suptitle() == "about"
+    note = json.loads((out / rows[0]["dir"] / "summary.json").read_text())["note"]
+    assert "chat has 1 of its 129 prompts" in note  # a --limit 1 sweep: its overall is not the paper's number
+    assert fig.get_suptitle() == "about"  # no note given
+    titles = {}
+    real = plots._save
+    monkeypatch.setattr(plots, "_save", lambda fig, path, want: titles.update({path.name: fig.get_suptitle()})
+                        or real(fig, path, want))
+    (out / "sweep.png").unlink()
+    plots.plot_run(out)  # the picture `sweep` draws, drawn again
+    assert "note: overall is not the paper's four-domain" in titles["sweep.png"]
+    assert " ".join(titles["sweep.png"].split()).endswith(" ".join(f"note: {note}".split()))
     printed = sweep_table(rows, root=out)  # what `sweep` prints, given its folder
     assert printed.startswith("model: 2 model(s): alpha-policy, beta-policy | mode: dpo with reference "
                               + tiny["reference"])
     report = (out / "report.md").read_text()
     assert "alpha-policy, beta-policy" in report and f"dpo with reference {tiny['reference']}" in report
-    assert "first 1 prompts per domain" in report
+    assert "first 1 prompts per file domain" in report
     [sweep_rows, *_] = markdown_tables(report)
     lo, hi = (summaries[0]["intervals"]["metrics"]["overall"][k] for k in ("low", "high"))
     assert sweep_rows[0][:4] == ["checkpoint", "step", "overall", "95% interval"]
@@ -205,6 +252,13 @@ def test_a_sweep_over_steps_draws_bands_against_step():
     assert ys.min() == pytest.approx(100 * ivs[0]["metrics"]["overall"]["low"])
     assert ys.max() == pytest.approx(100 * ivs[-1]["metrics"]["overall"]["high"])
     assert len([c for c in a2.collections if isinstance(c, PolyCollection)]) == 1
+    # with intervals for hard / normal / easy too, each level's line has its band
+    for iv, r in zip(ivs, rows):
+        iv["metrics"].update({k: {"low": r[k] - 0.05, "high": r[k] + 0.05} for k in ("hard", "normal", "easy")})
+    a1 = sweep_figure(rows, "a sweep", ivs).axes[0]
+    bands = [c for c in a1.collections if isinstance(c, PolyCollection)]
+    assert len(bands) == 4
+    assert sorted(round(float(b.get_paths()[0].vertices[:, 1].min()), 6) for b in bands[1:]) == [35.0, 45.0, 55.0]
 
 
 def test_sweep_table_marks_significant_differences():
@@ -263,7 +317,8 @@ def test_modes_are_named(run_json, mode):
 
     facts = run_facts({**run_json, "options": {"data": "d", "limit": 5, "domains": ["chat"], **run_json["options"]}})
     assert facts["mode"] == mode
-    assert about_line(facts) == f"model: m | mode: {mode} | data: d | limit: first 5 prompts per domain | domains: chat"
+    assert about_line(facts) == f"model: m | mode: {mode} | data: d | limit: first 5 prompts per file domain | " \
+                                f"domains: chat"
 
 
 def test_an_official_results_file_says_what_is_not_known(tmp_path):

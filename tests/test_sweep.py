@@ -172,3 +172,28 @@ def test_sweep_loads_the_shared_data_and_tokenizer_once(run_dir, tmp_path, monke
     alone = score(ScoreOptions(model=found[1][1], data=run_dir["data"], ref_model=run_dir["ref"], progress=False,
                                cache=False))
     assert result["checkpoints"][1]["overall"] == alone.summary["overall"]
+
+
+def test_ray_path_counts_checkpoints_its_workers_read_back(run_dir, tmp_path, monkeypatch):
+    """--engine ray, its Ray calls replaced by this process (tests/test_ray.py runs the real thing
+    where Ray is installed): a rerun's workers read every finished checkpoint back, and the sweep
+    counts them as read back, as the local engine does, not as passes found in the store."""
+    import rmbench_fast.engine.distributed as distributed
+    import rmbench_fast.engine.prepare as prepare
+
+    real_target = prepare.run_target
+    monkeypatch.setattr(prepare, "run_target", lambda o, reuse: real_target(replace(o, engine="local"), reuse))
+    monkeypatch.setattr(distributed, "run_checkpoints_on_ray",
+                        lambda cfg, jobs, store_dir, task: ((k, task(o, store_dir)) for k, o in jobs))
+    found = find_checkpoints(tuple(run_dir["ckpts"].values()))[:2]
+    o = replace(opts(run_dir, tmp_path), ref_model=None, ref_free="sum", engine="ray")
+    first = run_sweep(o, found, str(tmp_path / "s"), plots=False, echo=lambda *a: None)
+    assert first["checkpoints_read_back"] == 0 and first["model_passes_computed"] == 2
+    again = run_sweep(o, found, str(tmp_path / "s"), plots=False, echo=lambda *a: None)
+    assert again["checkpoints_read_back"] == 2
+    assert again["model_passes_computed"] == 0 and again["model_passes_cached"] == 0
+    meta = json.loads((tmp_path / "s" / "sweep.json").read_text())
+    assert meta["checkpoints_read_back"] == 2 and meta["model_passes_cached"] == 0
+    assert [r["overall"] for r in again["checkpoints"]] == [r["overall"] for r in first["checkpoints"]]
+    base = again["checkpoints"][0]["dir"]
+    assert again["checkpoints"][1]["vs_baseline"]["baseline"] == base

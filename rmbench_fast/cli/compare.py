@@ -36,12 +36,14 @@ def compare(runs, baseline, resamples, seed, level, top, json_path):
 
     Each RUN is a run folder (its results.json, as `score`, `judge` and `sweep` write them) or a
     results file: ours, a judge's (per-prompt `cells`), or one of the official RM-Bench scripts (a
-    JSON list of items with score_chosen / score_rejected). Prompts are matched by domain and id;
-    runs over different prompt sets are compared on the prompts they all have (the legend says how
-    many each left out).
+    JSON list of items with score_chosen / score_rejected). Prompts are matched by domain and id (an
+    item without id is refused); runs over different prompt sets are compared on the prompts they
+    all have (the legend says how many each left out, and a note when their overall is not the
+    paper's four-domain number).
 
-    Intervals: a bootstrap over prompts, resampled within each scoring domain (domain sizes
-    fixed), percentile intervals. Differences (run - baseline): the same resampled prompts for both
+    Intervals: a bootstrap over prompts, resampled within each file domain (domain sizes and
+    safety's mix of files fixed), percentile intervals; with fewer than 10 prompts in a file domain
+    they understate the uncertainty, which a note says. With --bootstrap 0: values and differences. Differences (run - baseline): the same resampled prompts for both
     runs; p is two-sided, 2 * (1 + the smaller count of resampled differences <= 0 or >= 0) /
     (resamples + 1), capped at 1 (so identical runs give 1, and a difference beyond every resample
     2 / (resamples + 1)). A * marks a difference whose interval excludes 0. Metrics: overall,

@@ -6,9 +6,9 @@ model passes for K DPO checkpoints instead of 2K), and makes a rerun after a cra
 nothing that finished. sweep.csv and sweep.json are rewritten after every checkpoint.
 
 Each checkpoint is compared with a baseline (the first, or --baseline) by a paired bootstrap on the
-same prompts (results.intervals.paired): neighbouring checkpoints differ by a point or two, which a
-domain's ~330 prompts move by sampling alone, so each row says whether its difference is more than
-that ("significant": the interval excludes 0).
+same prompts (engine.versus): neighbouring checkpoints differ by a point or two, which a domain's
+~330 prompts move by sampling alone, so each row says whether its difference is more than that
+("significant": the interval excludes 0).
 """
 
 from __future__ import annotations
@@ -23,11 +23,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import UsageError
-from ..results.intervals import paired
-from ..results.metrics import cells_from_scores
 from ..store.atomic import atomic_write_json, atomic_write_text
 from .finished import finished_run
 from .options import ScoreOptions
+from .versus import Comparisons, baseline_index  # noqa: F401  (both long imported from here)
 
 _STEP = re.compile(r"(?:checkpoint|step|ckpt|iter)[-_]?(\d+)$|(\d+)$", re.IGNORECASE)
 
@@ -108,60 +107,6 @@ def _sub_dirs(checkpoints) -> list[str]:
     return subs
 
 
-def baseline_index(checkpoints, subs: list[str], baseline: str | None) -> int:
-    """--baseline (a checkpoint's folder name, path or step) -> its index; the first when None."""
-    if baseline is None:
-        return 0
-    b = str(baseline).rstrip("/") or str(baseline)
-    hits = set()
-    for k, ((step, path), sub) in enumerate(zip(checkpoints, subs)):
-        same_path = Path(b).exists() and Path(path).exists() and Path(b).resolve() == Path(path).resolve()
-        if same_path or b in (path.rstrip("/"), Path(path).name, sub) or (step is not None and b == str(step)):
-            hits.add(k)
-    if len(hits) != 1:
-        names = ", ".join(f"{Path(p).name} (step {s})" if s is not None else Path(p).name for s, p in checkpoints)
-        what = "matches several checkpoints" if hits else "is not one of the sweep's checkpoints"
-        raise UsageError(f"--baseline {baseline} {what}: give a checkpoint's folder name, path or step ({names})")
-    return hits.pop()
-
-
-class Comparisons:
-    """Every checkpoint against the baseline (a paired bootstrap on their cells), written into the
-    rows as soon as both are scored: row["vs_baseline"] = {"baseline": name, "metrics": {metric:
-    {"diff", "low", "high", "p", "significant"}}}, None for the baseline itself; no key while the
-    baseline is not scored yet, nor at all with 0 resamples."""
-
-    def __init__(self, baseline: int, name: str, resamples: int = 10_000, seed: int = 0, level: float = 0.95):
-        self.baseline, self.name = baseline, name
-        self.resamples, self.seed, self.level = resamples, seed, level
-        self.cells, self.domains = {}, None
-
-    def add(self, k: int, chosen, rejected, domains: list | None, folder: Path) -> None:
-        """Checkpoint k's scores; domains None (a run read back): the sweep's, else its results.json's."""
-        cells = cells_from_scores(chosen, rejected)
-        if domains is None and (self.domains is None or len(self.domains) != len(cells)):
-            from ..results.files import read_scores
-
-            domains = read_scores(folder / "results.json")[2]
-        if domains is not None:
-            self.domains = list(domains)
-        self.cells[k] = cells
-
-    def fill(self, rows: dict) -> None:
-        """rows: checkpoint index -> its sweep.json row."""
-        if self.resamples == 0 or self.baseline not in self.cells:
-            return
-        base = self.cells[self.baseline]
-        for k, row in rows.items():
-            if k == self.baseline:
-                row["vs_baseline"] = None
-            elif row.get("vs_baseline") is None and k in self.cells:
-                got = paired(base, self.cells[k], self.domains, self.resamples, self.seed, self.level)
-                metrics = {m: {**v, "significant": bool(v["low"] > 0 or v["high"] < 0)}
-                           for m, v in got["metrics"].items()}
-                row["vs_baseline"] = {"baseline": self.name, "metrics": metrics}
-
-
 def run_sweep(o: ScoreOptions, checkpoints: list[tuple[int | None, str]], output: str, hooks=None, plots: bool = True,
               echo=print, baseline: str | None = None) -> dict:
     """Score each checkpoint in order into output/<name>; returns the sweep table. Every row is
@@ -170,13 +115,13 @@ def run_sweep(o: ScoreOptions, checkpoints: list[tuple[int | None, str]], output
     subs = _sub_dirs(checkpoints)
     b = baseline_index(checkpoints, subs, baseline)
     out.mkdir(parents=True, exist_ok=True)
-    # the resamples of summary.json's intervals (--bootstrap; 0: no intervals and no comparisons either)
-    versus = Comparisons(b, Path(checkpoints[b][1]).name, o.bootstrap)
+    # the resamples of summary.json's intervals (--bootstrap; 0: no intervals, plain differences from the baseline)
+    versus = Comparisons(b, subs[b], o.bootstrap)  # named by its sub-folder: unique among the checkpoints
     meta = {"options": {k: v for k, v in vars(o).items() if k != "model"}, "n_checkpoints": len(checkpoints),
             "started": time.strftime("%Y-%m-%d %H:%M:%S"), "baseline": versus.name}
     reused = 0  # checkpoints finished before, read back from their folders (engine.finished)
     if o.engine == "ray":
-        rows, computed, cached = _sweep_on_ray(o, checkpoints, subs, out, meta, hooks, echo, versus)
+        rows, computed, cached, reused = _sweep_on_ray(o, checkpoints, subs, out, meta, hooks, echo, versus)
     else:
         store = None  # opened (and the scoring code imported) for the first checkpoint not finished before
         rows, computed, cached, reused = [], 0, 0, 0
@@ -197,8 +142,9 @@ def run_sweep(o: ScoreOptions, checkpoints: list[tuple[int | None, str]], output
                 else:
                     cached += run.run["passes"] - run.run["passes_computed"]
                 rows.append(_row(Path(path).name, sub, path, step, run.summary))
-                versus.add(k, run.chosen, run.rejected, None if run.samples is None else
-                           [s.domain for s in run.samples], out / sub)
+                samples = run.samples  # None: read back (its prompts' names from its results.json)
+                versus.add(k, run.chosen, run.rejected, None if samples is None else [s.domain for s in samples],
+                           out / sub, None if samples is None else [s.name for s in samples], run.summary)
                 versus.fill(dict(enumerate(rows)))
                 _write_tables(out, rows, {**meta, "model_passes_computed": computed, "model_passes_cached": cached,
                                           "checkpoints_read_back": reused})
@@ -229,9 +175,11 @@ def _checkpoint_task(o: ScoreOptions, store_dir: str) -> dict:
         run = score(o, store=store)
     finally:
         store.close()
+    samples = run.samples  # None: a finished run read back (engine.finished), as on the local path
     return {"summary": run.summary, "passes": run.run["passes"], "passes_computed": run.run["passes_computed"],
-            "chosen": run.chosen, "rejected": run.rejected,
-            "domains": None if run.samples is None else [s.domain for s in run.samples]}
+            "reused": bool(run.run.get("reused")), "chosen": run.chosen, "rejected": run.rejected,
+            "domains": None if samples is None else [s.domain for s in samples],
+            "names": None if samples is None else [s.name for s in samples]}
 
 
 def _sweep_on_ray(o: ScoreOptions, checkpoints, subs, out: Path, meta: dict, hooks, echo, versus: Comparisons):
@@ -246,7 +194,7 @@ def _sweep_on_ray(o: ScoreOptions, checkpoints, subs, out: Path, meta: dict, hoo
                          "on storage every worker sees)")
     store = open_store(o)
     cfg = RayConfig(o.ray_address, o.num_workers, o.gpus_per_worker)
-    computed = cached = 0
+    computed = cached = reused = 0
     reuse = {}
     target, _ = run_target(o, reuse)  # every task computes there, so every key names it
     try:
@@ -264,11 +212,16 @@ def _sweep_on_ray(o: ScoreOptions, checkpoints, subs, out: Path, meta: dict, hoo
     for k, result in run_checkpoints_on_ray(cfg, jobs, str(store.root), _checkpoint_task):
         step, path = checkpoints[k]
         computed += result["passes_computed"]
-        cached += result["passes"] - result["passes_computed"]
+        if result.get("reused"):  # read back by the worker: its passes were not looked up at all
+            reused += 1
+        else:
+            cached += result["passes"] - result["passes_computed"]
         rows[k] = _row(Path(path).name, subs[k], path, step, result["summary"])
-        versus.add(k, result["chosen"], result["rejected"], result["domains"], out / subs[k])
+        versus.add(k, result["chosen"], result["rejected"], result["domains"], out / subs[k], result.get("names"),
+                   result["summary"])
         versus.fill(rows)
         echo(f"done {Path(path).name} (step {step if step is not None else '-'})")
         ordered = [rows[i] for i in sorted(rows)]
-        _write_tables(out, ordered, {**meta, "model_passes_computed": computed, "model_passes_cached": cached})
-    return [rows[i] for i in sorted(rows)], computed, cached
+        _write_tables(out, ordered, {**meta, "model_passes_computed": computed, "model_passes_cached": cached,
+                                     "checkpoints_read_back": reused})
+    return [rows[i] for i in sorted(rows)], computed, cached, reused

@@ -19,8 +19,10 @@ import numpy as np
 
 from ..errors import DataError, UsageError
 from . import intervals
+from .coverage import completeness
 from .files import read_results
 from .metrics import cells_from_scores, summarize_cells
+from .tables import small_note
 
 
 @dataclass
@@ -39,13 +41,16 @@ def load_run(path, name: str | None = None) -> Run:
     p = Path(path)
     if not p.exists():
         raise DataError(path, "no such run folder or results file")
-    kind, *data, domains, _subsets, names = read_results(p)
+    kind, *data, domains, _subsets, names = read_results(p, require_id=True)
     where = p / "results.json" if p.is_dir() else p
     seen = {}
     for i, key in enumerate(names):
         if key in seen:
+            # "all": no domain key, no "domain/id" id, no domain in the file's name (an official file of all domains)
+            hint = (": add `domain` to each item or name the file `<domain>_...json`" if domains[i] == "all"
+                    else "")
             raise DataError(where, f"prompt {key!r} appears twice (items {seen[key]} and {i}): prompts are matched "
-                                   f"across runs by domain and id", index=i, key="id")
+                                   f"across runs by domain and id{hint}", index=i, key="id")
         seen[key] = i
     if kind == "scores":
         chosen, rejected = data
@@ -98,7 +103,8 @@ def compare_runs(runs: list[Run], baseline: int = 0, resamples: int = 10_000, se
 
     {"runs": {name: {metric: {"value", "low", "high"}}}, "pairs": [{"a": baseline name, "b": name,
      "metrics": {metric: {"diff" (b - a), "low", "high", "p", "significant"}}, "disagreements": [...]}],
-     "method": {...}, "prompts": {"common": n, "left_out": {name: n}, "domains": {domain: n}}}
+     "method": {...}, "prompts": {"common": n, "left_out": {name: n}, "domains": {file domain: n},
+     "complete": bool, "note": None or what the common prompts' overall is (results.coverage)}}
 
     low / high / p are None when resamples is 0. "significant": the interval excludes 0."""
     if len(runs) < 2:
@@ -110,7 +116,7 @@ def compare_runs(runs: list[Run], baseline: int = 0, resamples: int = 10_000, se
     runs, left_out = align(runs)
     domains = runs[0].domains
     names = intervals.metric_names(domains)
-    out = {"runs": {}, "pairs": [], "method": intervals.method_info(resamples, seed, level)}
+    out = {"runs": {}, "pairs": [], "method": intervals.method_info(resamples, seed, level, domains)}
     for r in runs:
         values = intervals.metric_values(summarize_cells(r.cells, domains))
         ci = intervals.bootstrap(r.cells, domains, resamples, seed, level)
@@ -132,7 +138,10 @@ def compare_runs(runs: list[Run], baseline: int = 0, resamples: int = 10_000, se
     sizes = {}
     for d in domains:
         sizes[d] = sizes.get(d, 0) + 1
-    out["prompts"] = {"common": len(domains), "left_out": left_out, "domains": sizes}
+    # what the compared prompts cover: a chat-only file against a full run compares chat only
+    scoring = {d: {"n_prompts": len(pos)} for d, pos in intervals.layout(domains)}  # table order
+    cover = completeness(scoring, {d: {"n_prompts": n} for d, n in sizes.items()})
+    out["prompts"] = {"common": len(domains), "left_out": left_out, "domains": sizes, **cover}
     return out
 
 
@@ -163,13 +172,17 @@ def format_comparison(result: dict) -> str:
     for n in names:
         left = prompts["left_out"][n]
         lines.append(f"  {label[n]}  {n}" + (f"  ({left} prompt(s) not in every run left out)" if left else ""))
+    if prompts.get("note"):
+        lines.append(f"note: {prompts['note']}")
     level = f"{100 * method['level']:g}%"
     if method["resamples"]:
+        small = small_note(method.get("small_domains") or [])
+        lines += [small] if small else []
         lines.append(f"{level} intervals: {method['kind']} ({method['resamples']} resamples, seed {method['seed']}); "
                      f"differences: paired bootstrap (the same resampled prompts for both runs), two-sided p; "
                      f"* = the interval excludes 0; percent")
     else:
-        lines.append("no intervals (--bootstrap 0); percent")
+        lines.append("no intervals (--bootstrap 0): values and differences only; percent")
     head = ["metric"] + [label[n] for n in names]
     for pair in result["pairs"]:
         head += [f"{label[pair['b']]}-{label[pair['a']]}", "p"]

@@ -34,7 +34,8 @@ def _mode(run: dict, options: dict) -> str:
 def _limit(options: dict) -> str:
     if "limit" not in options:
         return UNKNOWN
-    return "none" if options["limit"] is None else f"first {options['limit']} prompts per domain"
+    # --limit cuts each data file: safety's two files give it up to twice N
+    return "none" if options["limit"] is None else f"first {options['limit']} prompts per file domain"
 
 
 def _domains(options: dict) -> str:

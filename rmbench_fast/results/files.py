@@ -75,12 +75,13 @@ def write_cell_results(out_dir, samples, cells, summary: dict) -> tuple[Path, Pa
     return _write(out_dir, cell_items(samples, cells), summary)
 
 
-def read_results(path):
+def read_results(path, require_id: bool = False):
     """A results file of either kind: ("scores", chosen, rejected, domains, subsets, names) as
-    read_scores, or for a judge's ("cells", cells [n,3,3], domains, subsets, names)."""
+    read_scores, or for a judge's ("cells", cells [n,3,3], domains, subsets, names). require_id: an
+    item without `id` is a DataError (see read_scores)."""
     path, items = _read_items(path)
     if not (isinstance(items[0], dict) and "cells" in items[0]):
-        return ("scores", *read_scores(path))
+        return ("scores", *read_scores(path, require_id))
     cells, domains, subsets, names = [], [], [], []
     stem_domain = file_domain(path)
     for i, item in enumerate(items):
@@ -93,7 +94,7 @@ def read_results(path):
         if not all(0 <= x <= 1 for r in row for x in r):
             raise DataError(path, "a cell is a win rate in [0, 1]", index=i, key="cells")
         cells.append(row)
-        _names_of(path, i, item, stem_domain, domains, subsets, names)
+        _names_of(path, i, item, stem_domain, domains, subsets, names, require_id)
     return "cells", np.array(cells, dtype=np.float64), domains, subsets, names
 
 
@@ -124,10 +125,12 @@ def _read_items(path):
     return path, items
 
 
-def read_scores(path):
+def read_scores(path, require_id: bool = False):
     """Read a results file (ours, or the official scripts'). Returns (chosen [n,3], rejected [n,3],
     domains, subsets, names); where the scores are lists (the official flow keeps a multi-label
-    head's whole logits vector), [n,3,k]. `path` may also be a run folder holding results.json."""
+    head's whole logits vector), [n,3,k]. `path` may also be a run folder holding results.json.
+    An item without `id` is named by its position; with require_id (runs matched by their prompts:
+    positions of different selections name different prompts) it is a DataError."""
     path, items = _read_items(path)
     stem_domain = file_domain(path)
     scores = {"score_chosen": [], "score_rejected": []}
@@ -152,13 +155,16 @@ def read_scores(path):
                                     f"expected {'a number' if width is None else f'a list of {width}'}", index=i,
                                     key=f"{key}[{j}]")
             out.append(row)
-        _names_of(path, i, item, stem_domain, domains, subsets, names)
+        _names_of(path, i, item, stem_domain, domains, subsets, names, require_id)
     return (np.array(scores["score_chosen"], dtype=np.float64), np.array(scores["score_rejected"], dtype=np.float64),
             domains, subsets, names)
 
 
-def _names_of(path, i, item, stem_domain, domains, subsets, names) -> None:
-    """Append item i's domain, subset and name."""
+def _names_of(path, i, item, stem_domain, domains, subsets, names, require_id=False) -> None:
+    """Append item i's domain, subset and name (require_id: an item without id is refused)."""
+    if require_id and item.get("id") is None:
+        raise DataError(path, "has no id: runs are compared prompt by prompt, matched by domain and id (a position "
+                              "would pair different prompts of runs over different selections)", index=i, key="id")
     domains.append(_result_domain(path, i, item, stem_domain))
     subset = item.get("subset")
     subsets.append(subset if isinstance(subset, str) else None)

@@ -3,19 +3,27 @@
 Why a bootstrap over prompts: RM-Bench has about 330 prompts per domain, so a domain's accuracy
 moves by several points from sampling alone, and a prompt's hard/normal/easy are correlated (the
 same nine comparisons feed all three). Resampling whole prompts keeps that correlation; resampling
-within each scoring domain keeps the domains' sizes, so overall (a mean of domain averages) keeps
-its weights. Every summary number is linear in per-prompt numbers: a domain's hard is the mean over
-its prompts of (upper-right triangle sum / 3), normal the mean of the diagonal mean, easy the mean of
-(lower-left sum / 3). So each prompt is reduced to those three numbers once, and a resample's
-domain means are sums of the drawn prompts' numbers: one column at a time gathered (np.take) into a
-buffer reused across chunks and summed, about 0.1 s for the whole benchmark at 10,000 resamples.
-(Counting draws with bincount and a matrix product is no faster: its fresh arrays cost more in
-page faults than the product saves.)
+within each file domain (stratum) keeps every file domain's size, so a scoring domain's mix of
+files (safety: 284 safety-refuse and 157 safety-response prompts, pooled with fixed weights) and
+overall's weights (a mean of domain averages) stay fixed. Every summary number is linear in
+per-prompt numbers: a domain's hard is the mean over its prompts of (upper-right triangle sum / 3),
+normal the mean of the diagonal mean, easy the mean of (lower-left sum / 3). So each prompt is
+reduced to those three numbers once, and a resample's domain means are sums of the drawn prompts'
+numbers: one column at a time gathered (np.take) into a buffer reused across chunks and summed,
+about 0.1 s for the whole benchmark at 10,000 resamples. (Counting draws with bincount and a matrix
+product is no faster: its fresh arrays cost more in page faults than the product saves.)
 
 The draws, fixed so that a plain loop can replay them: `numpy.random.default_rng(seed)`; resamples
 in chunks of `chunk_size(n_prompts)`; within a chunk of c resamples, for each scoring domain in table
-order (chat, math, code, safety, then other labels by first appearance) of n prompts,
-`rng.integers(0, n, size=(c, n), dtype=np.int32)` indexes that domain's prompts in their input order.
+order (chat, math, code, safety, then other labels by first appearance), for each of its file
+domains in file order (chat, code, math, safety-refuse, safety-response, then other labels by first
+appearance) of n prompts, `rng.integers(0, n, size=(c, n), dtype=np.int32)` indexes that file
+domain's prompts in their input order (`strata`). A resample's scoring-domain mean is the sum over
+its file domains' drawn prompts divided by the scoring domain's number of prompts.
+
+Small domains: with fewer than MIN_PROMPTS prompts in a file domain the percentile bootstrap is
+very discrete and too narrow (with 1 prompt, every resample is the same: a zero-width interval).
+The numbers are kept, and the method names those domains, which every table says.
 
 A paired comparison applies the same draws to both runs; since every metric is linear in the
 per-prompt numbers, a resample's difference of metrics is the metric of the per-prompt differences,
@@ -27,9 +35,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ScoreError, UsageError
-from ..inputs.data import SCORE_DOMAIN, SCORE_DOMAINS
+from ..inputs.data import DOMAINS, SCORE_DOMAIN, SCORE_DOMAINS
 
-METHOD = "bootstrap over prompts, resampled within each scoring domain"
+METHOD = "bootstrap over prompts, resampled within each file domain (safety's two files apart)"
+# Fewer prompts than this in a file domain: its scoring domain's intervals understate the uncertainty.
+MIN_PROMPTS = 10
 PARTS = ("hard", "normal", "easy")
 # A difference this close to 0 is 0: per-prompt numbers are thirds, whose float sums that cancel
 # mathematically leave ~1e-17, which must not count as a side of 0 (p) or exclude it (intervals).
@@ -89,6 +99,21 @@ def layout(domains) -> list[tuple[str, np.ndarray]]:
     return [(d, np.flatnonzero(labels == d)) for d in _score_domains(labels)]
 
 
+def strata(domains) -> list[tuple[str, list[np.ndarray]]]:
+    """(scoring domain, [positions of each of its file domains' prompts in input order]) in the
+    documented draw order: scoring domains in table order, their file domains in file order."""
+    domains = np.array(list(domains), dtype=object)
+    files = list(dict.fromkeys(domains))
+    files.sort(key=lambda d: DOMAINS.index(d) if d in DOMAINS else len(DOMAINS))  # stable: others keep their order
+    return [(sd, [np.flatnonzero(domains == f) for f in files if SCORE_DOMAIN.get(f, f) == sd])
+            for sd, _ in layout(domains)]
+
+
+def small_domains(domains) -> list[str]:
+    """Scoring domains (table order) with a file domain of fewer than MIN_PROMPTS prompts."""
+    return [sd for sd, parts in strata(domains) if min(len(p) for p in parts) < MIN_PROMPTS]
+
+
 def chunk_size(n_prompts: int) -> int:
     """Resamples drawn at once, bounding memory to about _CHUNK_ELEMENTS indices."""
     return max(1, _CHUNK_ELEMENTS // max(1, n_prompts))
@@ -118,24 +143,30 @@ def point(values, domains) -> dict[str, float]:
 def resampled(values, domains, resamples: int, seed: int) -> dict[str, np.ndarray]:
     """Every metric of per-prompt values in each resample: name -> [resamples] array."""
     values = np.asarray(values, dtype=np.float64)
-    parts = layout(domains)
+    parts = strata(domains)
     rng = np.random.default_rng(seed)
     means = {d: np.empty((resamples, 3)) for d, _ in parts}
-    columns = {d: np.ascontiguousarray(values[pos].T) for d, pos in parts}  # [3, n]: each gather reads one
+    # [3, n] per file domain: each gather reads one contiguous column
+    columns = {d: [np.ascontiguousarray(values[pos].T) for pos in files] for d, files in parts}
     step = chunk_size(len(values))
-    buf = np.empty(min(step, resamples) * max(len(pos) for _, pos in parts))
+    buf = np.empty(min(step, resamples) * max(len(pos) for _, files in parts for pos in files))
+    extra = np.empty(min(step, resamples))  # a further file domain's sums, added to its scoring domain's
     for start in range(0, resamples, step):
         c = min(step, resamples - start)
-        for d, pos in parts:
-            n = len(pos)
-            idx = rng.integers(0, n, size=(c, n), dtype=np.int32)
-            gathered = buf[:c * n].reshape(c, n)
-            for k in range(3):
-                # mode="clip" (indices are in range, so it never acts): no temporary copy behind `out`
-                np.take(columns[d][k], idx, out=gathered, mode="clip")
-                gathered.sum(axis=1, out=means[d][start:start + c, k])
-    for d, pos in parts:
-        means[d] /= len(pos)
+        for d, files in parts:
+            for f, pos in enumerate(files):
+                n = len(pos)
+                idx = rng.integers(0, n, size=(c, n), dtype=np.int32)
+                gathered = buf[:c * n].reshape(c, n)
+                for k in range(3):
+                    # mode="clip" (indices are in range, so it never acts): no temporary copy behind `out`
+                    np.take(columns[d][f][k], idx, out=gathered, mode="clip")
+                    if f == 0:
+                        gathered.sum(axis=1, out=means[d][start:start + c, k])
+                    else:
+                        means[d][start:start + c, k] += gathered.sum(axis=1, out=extra[:c])
+    for d, files in parts:
+        means[d] /= sum(len(pos) for pos in files)
     return _metrics(means)
 
 
@@ -146,9 +177,13 @@ def _check(resamples, level):
         raise UsageError(f"--level must be between 0 and 1 (e.g. 0.95), got {level}")
 
 
-def method_info(resamples, seed, level) -> dict:
-    """The "method" entry of every interval's record: what was resampled, how often, the seed, the level."""
-    return {"kind": METHOD, "resamples": int(resamples), "seed": int(seed), "level": float(level)}
+def method_info(resamples, seed, level, domains=None) -> dict:
+    """The "method" entry of every interval's record: what was resampled, how often, the seed, the
+    level; with the prompts' file domains, MIN_PROMPTS and the scoring domains below it."""
+    out = {"kind": METHOD, "resamples": int(resamples), "seed": int(seed), "level": float(level)}
+    if domains is not None:
+        out.update(min_prompts_for_intervals=MIN_PROMPTS, small_domains=small_domains(domains))
+    return out
 
 
 def _quantiles(samples: dict[str, np.ndarray], names: list[str], level: float) -> dict[str, tuple[float, float]]:
@@ -169,7 +204,7 @@ def bootstrap(cells, domains, resamples: int = 10_000, seed: int = 0, level: flo
     samples = resampled(values, domains, int(resamples), seed)
     names = metric_names(domains)
     metrics = {n: {"low": low, "high": high} for n, (low, high) in _quantiles(samples, names, level).items()}
-    return {"method": method_info(resamples, seed, level), "metrics": metrics}
+    return {"method": method_info(resamples, seed, level, domains), "metrics": metrics}
 
 
 def p_value(samples: np.ndarray) -> float:
@@ -202,4 +237,4 @@ def paired(cells_a, cells_b, domains, resamples: int = 10_000, seed: int = 0, le
         diff = vb[name] - va[name]
         metrics[name] = {"diff": 0.0 if abs(diff) <= TIE else diff, "low": low, "high": high,
                          "p": p_value(samples[name])}
-    return {"method": method_info(resamples, seed, level), "metrics": metrics}
+    return {"method": method_info(resamples, seed, level, domains), "metrics": metrics}

@@ -195,7 +195,7 @@ def _summary(counts, sizes, keys, domains) -> dict:
         "subsets": subset_acc,
         "matrices": matrices,
         # complete: the overall is the paper's four-domain number; else the note says what it is
-        **completeness(summary_domains),
+        **completeness(summary_domains, file_domains),
     }
 
 

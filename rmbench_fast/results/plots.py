@@ -2,7 +2,8 @@
 
 Every picture names what it shows (model(s), mode, data, --limit, --domains: results.describe) and
 carries the 95% intervals the summaries hold: error bars on the domain and difficulty bars, bands on
-a sweep's curves (error bars when its models are not steps of one training run).
+a sweep's curves (overall, hard, normal, easy and each domain; error bars when its models are not
+steps of one training run).
 
 A picture is drawn only when what it shows changed: each PNG carries a stamp of its inputs (the
 numbers it plots, its labels and the source of the modules that draw them) in its metadata, and a
@@ -109,7 +110,7 @@ def matrices_figure(summary: dict, about: str | None = None, plt=None):
         ax.set_title(f"{d}: avg {100 * acc['avg']:.1f}\nhard {100 * acc['hard']:.0f} / normal "
                      f"{100 * acc['normal']:.0f} / easy {100 * acc['easy']:.0f}", fontsize=9)
     fig.colorbar(im, ax=axes[0].tolist(), shrink=0.85, label="accuracy")
-    _title(fig, about, coverage.completeness(summary["domains"])["note"])
+    _title(fig, about, coverage.summary_completeness(summary)["note"])
     return fig
 
 
@@ -153,7 +154,7 @@ def scores_figure(summary: dict, about: str | None = None, plt=None):
     ax.set_title("accuracy by domain and difficulty" + (f" ({level} intervals)" if level else ""), fontsize=9)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.grid(axis="y", alpha=0.3)
-    _title(fig, about, coverage.completeness(summary["domains"])["note"])
+    _title(fig, about, coverage.summary_completeness(summary)["note"])
     return fig
 
 
@@ -169,31 +170,33 @@ def _row_intervals(rows: list[dict], intervals) -> list:
     return [iv if iv is not None else r.get("intervals") for r, iv in zip(rows, intervals)]
 
 
-def sweep_figure(rows: list[dict], about: str | None = None, intervals=None, plt=None):
-    """Accuracy against step: overall, hard / normal / easy, and each domain's avg, with 95% bands on
-    overall and the domains. Models that are not steps of one run (`sweep --model A --model B`) are
-    points with error bars over their names instead."""
+def sweep_figure(rows: list[dict], about: str | None = None, intervals=None, plt=None, note: str | None = None):
+    """Accuracy against step: overall, hard / normal / easy, and each domain's avg, each with its 95%
+    band. Models that are not steps of one run (`sweep --model A --model B`) are points with error
+    bars over their names instead. `note`: the coverage note (results.coverage) of the checkpoints'
+    prompts, under `about`."""
     plt = plt or _pyplot()
     ivs = _row_intervals(rows, intervals)
     steps = all(r["step"] is not None for r in rows)
     xs = [r["step"] for r in rows] if steps else list(range(len(rows)))
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.4), layout="constrained")
     domains = [k[:-4] for k in rows[0] if k.endswith("_avg")] if rows else []
-    series = [(a1, "overall", "overall", "-o", True)] + [(a1, k, k, "--", False) for k in LEVELS]
-    series += [(a2, f"{d}_avg", d, "-o", True) for d in domains]
-    for n, (ax, key, name, style, band) in enumerate(series):
+    # (axes, row key, interval metric, style, marker without steps, band opacity)
+    series = [(a1, "overall", "overall", "-o", "o", 0.15)] + [(a1, k, k, "--", "x", 0.07) for k in LEVELS]
+    series += [(a2, f"{d}_avg", d, "-o", "o", 0.15) for d in domains]
+    for n, (ax, key, name, style, marker, alpha) in enumerate(series):
         ys = [100 * r[key] if r.get(key) is not None else float("nan") for r in rows]
-        spans = [bounds({"intervals": iv}, name) if iv else None for iv in ivs] if band else [None] * len(rows)
+        spans = [bounds({"intervals": iv}, name) if iv else None for iv in ivs]
         if steps:
             line, = ax.plot(xs, ys, style, label=name)
             if any(spans):
                 ax.fill_between(xs, [100 * s[0] if s else float("nan") for s in spans],
                                 [100 * s[1] if s else float("nan") for s in spans], color=line.get_color(),
-                                alpha=0.15, linewidth=0)
+                                alpha=alpha, linewidth=0)
         else:  # separate models: no line between them; points side by side, each with its interval
             offset = 0.08 * ((n if ax is a1 else n - 4) - 1.5)
             ax.errorbar([x + offset for x in xs], ys, yerr=_err([y / 100 for y in ys], spans) if any(spans) else None,
-                        fmt="o" if band else "x", capsize=3, label=name)
+                        fmt=marker, capsize=3, label=name)
     labels = [str(r["checkpoint"]) for r in rows]
     for ax, title in ((a1, "RM-Bench accuracy"), (a2, "per domain (avg)")):
         if steps:
@@ -207,14 +210,14 @@ def sweep_figure(rows: list[dict], about: str | None = None, intervals=None, plt
         ax.set_title(title + (" (95% bands)" if steps and any(ivs) else " (95% intervals)" if any(ivs) else ""))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    _title(fig, about)
+    _title(fig, about, note)
     return fig
 
 
-def plot_sweep(rows: list[dict], path, about: str | None = None, intervals=None) -> Path:
-    """sweep_figure saved at `path`."""
-    want = stamp("sweep", rows, about, _row_intervals(rows, intervals))
-    return _draw(path, want, lambda plt: sweep_figure(rows, about, intervals, plt))
+def plot_sweep(rows: list[dict], path, about: str | None = None, intervals=None, note: str | None = None) -> Path:
+    """sweep_figure saved at `path`; its stamp covers every band and the note."""
+    want = stamp("sweep", rows, about, _row_intervals(rows, intervals), note)
+    return _draw(path, want, lambda plt: sweep_figure(rows, about, intervals, plt, note))
 
 
 def _summary(folder: Path) -> dict | None:
@@ -238,8 +241,10 @@ def plot_run(run_dir) -> list[Path]:
             raise DataError(run_dir / "sweep.json", "holds no finished checkpoint yet")
         summaries = [_summary(run_dir / r["dir"]) for r in rows]
         facts = sweep_facts(sweep, rows, read_run(run_dir / rows[0]["dir"]))
+        # the checkpoints share their prompts (engine.sweep checks it): the first one's say what they cover
+        note = coverage.summary_completeness(summaries[0])["note"] if summaries[0] else None
         made.append(plot_sweep(rows, run_dir / "sweep.png", about_line(facts),
-                               [s.get("intervals") if s else None for s in summaries]))
+                               [s.get("intervals") if s else None for s in summaries], note))
         for r, summary in zip(rows, summaries):
             if summary is None:
                 raise DataError(run_dir / r["dir"] / "summary.json", "missing or not JSON (the sweep's checkpoint "

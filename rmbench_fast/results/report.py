@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .coverage import completeness
+from .coverage import summary_completeness
 from .describe import about_line, about_markdown, read_run, sweep_facts
 from .tables import bounds, has_intervals, markdown_table
 
@@ -55,6 +55,12 @@ def _vs(row: dict) -> str:
     return f"{100 * m['diff']:+.2f}" + ("*" if m.get("significant") else "")
 
 
+def _has_interval(row: dict) -> bool:
+    vs = row.get("vs_baseline")
+    m = (vs.get("metrics") or {}).get("overall") if isinstance(vs, dict) else None
+    return isinstance(m, dict) and m.get("low") is not None
+
+
 def sweep_table(rows: list[dict], summaries: list[dict | None] | None = None, root=None) -> str:
     """A sweep's rows (sweep.json checkpoints) as a Markdown table, in percent. With the checkpoints'
     summaries (or `root`, the sweep folder, to read them from): the overall's 95% interval, and the
@@ -86,11 +92,15 @@ def sweep_table(rows: list[dict], summaries: list[dict | None] | None = None, ro
         lines.append("| " + " | ".join(cells) + " |")
     notes = []
     first = next((s for s in summaries if s is not None), None)
-    if first is not None and completeness(first["domains"])["note"]:
-        notes.append(f"note: {completeness(first['domains'])['note']}")
-    if with_vs:
+    note = summary_completeness(first)["note"] if first is not None else None
+    if note:
+        notes.append(f"note: {note}")
+    if with_vs and any(_has_interval(r) for r in rows):
         notes.append(f"vs {baseline or 'baseline'}: the overall's difference from it, in points; * where its 95% "
                      f"paired-bootstrap interval excludes 0")
+    elif with_vs:
+        notes.append(f"vs {baseline or 'baseline'}: the overall's difference from it, in points (no intervals: "
+                     f"--bootstrap 0)")
     return "\n\n".join(([about] if about else []) + ["\n".join(lines)] + notes)
 
 

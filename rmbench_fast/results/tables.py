@@ -9,7 +9,7 @@ symmetric about the value).
 
 from __future__ import annotations
 
-from .coverage import completeness
+from .coverage import summary_completeness
 
 LEVELS = ("hard", "normal", "easy")
 HEAD = ("domain", "prompts", "hard", "normal", "easy", "avg")
@@ -61,18 +61,50 @@ def level_label(summary: dict) -> str | None:
     return f"{100 * level:g}%"
 
 
+def small_domains(summary: dict) -> list[str]:
+    """Scoring domains whose intervals understate the uncertainty (a file domain of fewer than
+    results.intervals.MIN_PROMPTS prompts): the intervals' method lists them; a summary written
+    before it did, from its file domains' counts."""
+    from .intervals import MIN_PROMPTS, small_domains as of_domains
+
+    method = (summary.get("intervals") or {}).get("method") or {}
+    if isinstance(method.get("small_domains"), list):
+        return [str(d) for d in method["small_domains"]]
+    files = summary.get("file_domains")
+    if not isinstance(files, dict) or not files:
+        return []
+    return of_domains([f for f, acc in files.items() for _ in range(min(int(acc["n_prompts"]), MIN_PROMPTS))])
+
+
+def small_note(domains: list[str]) -> str | None:
+    """The note for intervals of domains with too few prompts, or None."""
+    from .intervals import MIN_PROMPTS
+
+    if not domains:
+        return None
+    return (f"note: intervals of {', '.join(domains)} (fewer than {MIN_PROMPTS} prompts) understate the uncertainty "
+            f"(a bootstrap over so few prompts is coarse and too narrow; with one prompt its width is 0)")
+
+
+def _count(x) -> str:
+    return f"{x:,}" if isinstance(x, int) and not isinstance(x, bool) else "?"
+
+
 def notes(summary: dict) -> list[str]:
-    """What a reader must know besides the numbers: whether the overall is the paper's, and what ±
-    means."""
+    """What a reader must know besides the numbers: whether the overall is the paper's, whether
+    some intervals are too narrow to trust, and what ± means."""
     out = []
-    note = completeness(summary["domains"])["note"]
+    note = summary_completeness(summary)["note"]
     if note:
         out.append(f"note: {note}")
     level = level_label(summary)
     if level is not None:
+        small = small_note(small_domains(summary))
+        if small:
+            out.append(small)
         method = summary["intervals"].get("method") or {}
         out.append(f"±: half the width of the {level} interval, in points; {method.get('kind', 'bootstrap')} "
-                   f"({method.get('resamples', '?'):,} resamples, seed {method.get('seed', '?')})")
+                   f"({_count(method.get('resamples'))} resamples, seed {method.get('seed', '?')})")
     return out
 
 

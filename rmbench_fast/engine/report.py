@@ -48,6 +48,8 @@ def run_info(prep, o, passes: dict, store, t_start: float) -> dict:
         "dtype": str(prep.dtype).replace("torch.", ""),
         "precision": prep.precision.describe(),
         "models": {role: p.info for role, p in passes.items()},
+        # per computed pass: the pre-flight's estimate (engine.preflight) beside the measured peak (engine.runner)
+        "memory": memory_summary(passes),
         "versions": versions(),
         "machine": {"platform": platform.platform(), "python": platform.python_version(),
                     "cpu_threads": torch.get_num_threads(),
@@ -72,6 +74,22 @@ def run_info(prep, o, passes: dict, store, t_start: float) -> dict:
         "tokens_per_s": computed_tokens / score_s if score_s > 0 and computed_tokens else None,
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
+
+
+def memory_summary(passes: dict) -> dict:
+    """Per pass that recorded it: estimated bytes (weights, activations of the largest batch, total),
+    what was available, and the measured peak."""
+    out = {}
+    for role, p in passes.items():
+        m = p.info.get("memory")
+        if not m:
+            continue
+        est, got = m.get("estimate") or {}, m.get("measured") or {}
+        out[role] = {"weights_bytes": est.get("weights_bytes"), "activation_bytes": est.get("activation_bytes"),
+                     "estimate_bytes": est.get("total_bytes"), "available_bytes": est.get("available"),
+                     "fits": est.get("fits"), "measured_peak_bytes": got.get("peak_bytes"),
+                     "placement": (p.info.get("placement") or {}).get("modules_per_device")}
+    return out
 
 
 def timing(run: dict, passes: dict, started: float | None, t_start: float, t_finish: float) -> dict:

@@ -7,7 +7,8 @@ op in `rmbench_fast.kernels` (Triton on GPU, chunked online log-sum-exp in torch
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -24,6 +25,23 @@ class LMHead:
     scale: float | None = None
     softcap: float | None = None
     divisor: float | None = None  # Granite's logits_scaling
+    module: torch.nn.Module | None = None  # the Linear it was read from, when accelerate may offload it
+
+
+@contextmanager
+def ready(head: LMHead):
+    """The head with its weights where it computes. A model placed by accelerate (--device-map) may
+    have offloaded the head to the CPU or disk (its parameters are then on the meta device, and its
+    hook brings them on for a forward): the hook brings them onto its execution device for the block
+    and offloads them again after, as for the model's own forward. Any other head is yielded as it is."""
+    hook = getattr(head.module, "_hf_hook", None)
+    if hook is None or not getattr(hook, "offload", False):
+        yield head
+        return
+    from accelerate.utils import align_module_device
+
+    with align_module_device(head.module):
+        yield replace(head, weight=head.module.weight, bias=head.module.bias)
 
 
 def token_logprobs(hidden: torch.Tensor, head: LMHead, targets: torch.Tensor, impl: str = "auto") -> torch.Tensor:

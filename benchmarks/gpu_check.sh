@@ -6,7 +6,9 @@
 #      official flow (benchmarks/gpu_e2e.py), when the official flow's wheels are here
 #      (.whl/peer, made by benchmarks/peer/gpu_wheels.sh and carried to the machine);
 #   4. a tile-configuration sweep of the kernel (pointer and TMA loads) at the shapes that miss the 1.15x goal
-#      (benchmarks/logprob_tune.py), until TUNE_BUDGET seconds (default 120) are spent.
+#      (benchmarks/logprob_tune.py), until TUNE_BUDGET seconds (default 120) are spent;
+#   5. (run before 4) --tp 2 against one GPU on a small Llama (fp32 scores, RM and DPO with a reference):
+#      needs two GPUs; on a machine with one it says so and skips (benchmarks/tp_check.py).
 # Each step writes JSON under OUT_DIR; the last lines are one summary table.
 #
 # usage: bash benchmarks/gpu_check.sh [OUT_DIR]      (default OUT_DIR: $OUT, else benchmarks/results)
@@ -21,7 +23,7 @@ cd "$(dirname "$0")/.."
 OUT_DIR=${1:-${OUT:-benchmarks/results}}
 DATA=${DATA:-../shared/rm-bench}
 LIMIT=${LIMIT:-20}
-STEPS=${STEPS:-1,2,3,4}
+STEPS=${STEPS:-1,2,3,5,4}
 TUNE_BUDGET=${TUNE_BUDGET:-120}
 OFFICIAL_TIMEOUT=${OFFICIAL_TIMEOUT:-120}
 DEADLINE=${DEADLINE:-450}  # seconds: step 4 gets what is left of it (a device call is at most 600 s)
@@ -66,6 +68,17 @@ if has 3; then
   fi
   timeout $((OFFICIAL_TIMEOUT + 250)) $PY benchmarks/gpu_e2e.py --data "$DATA" --limit "$LIMIT" --out "$OUT_DIR" \
     "${peer[@]}" --timeout 180 --official-timeout "$OFFICIAL_TIMEOUT" || status=1
+fi
+
+if has 5; then
+  gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+  if [ "$gpus" -lt 2 ]; then
+    echo "== 5. --tp 2 skipped: this machine has $gpus GPU(s); tensor parallelism needs two"
+  else
+    echo "== 5. --tp 2 against one GPU"
+    timeout 240 $PY benchmarks/tp_check.py --out "$OUT_DIR/tp_check-cuda.json" 2>&1 | tail -4
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  fi
 fi
 
 left=$((DEADLINE - SECONDS - 25))

@@ -7,8 +7,9 @@ from dataclasses import fields
 
 import click
 
-from ..engine.options import (COMPAT, DEFAULT_MAX_TOKENS, DTYPES, ENGINES, LOGPROB_IMPLS, MODES, REF_FREE, ScoreOptions,
-                              default)
+from ..engine.options import (COMPAT, DEFAULT_MAX_TOKENS, DEVICE_MAPS, DTYPES, ENGINES, LOGPROB_IMPLS, MODES, REF_FREE,
+                              ScoreOptions, default, parse_max_memory)
+from ..errors import UsageError
 
 
 def _opts():
@@ -54,6 +55,9 @@ def _opts():
         click.option("--prefix-cache-mb", type=int, default=None,
                      help="Memory for shared-prefix KV caches at a time; prompts are taken in waves that fit "
                           "[default: 1024 on CPU, a tenth of the GPU's memory]."),
+        click.option("--tp", type=click.IntRange(min=1), default=default("tp"), show_default=True,
+                     help="Tensor parallel over N ranks this command starts (transformers' own plan; NCCL on "
+                          "GPUs, one GPU a rank; gloo on CPU): for models larger than one device."),
         click.option("--trust-remote-code", is_flag=True,
                      help="Allow code shipped with the model to run (off by default)."),
         click.option("--limit", type=int, default=None, help="Only the first N prompts of each domain."),
@@ -70,6 +74,19 @@ def _opts():
                      help="Ray workers (one model each)."),
         click.option("--gpus-per-worker", type=float, default=default("gpus_per_worker"), show_default=True,
                      help="GPUs per Ray worker (0: CPU workers)."),
+        click.option("--device-map", type=click.Choice(DEVICE_MAPS), default=None,
+                     help="Place the model over the visible devices with accelerate, as the official run_rm.py "
+                          "loads (auto: every GPU, then the CPU, then disk), for models larger than one device."),
+        click.option("--max-memory", multiple=True, metavar="DEVICE=SIZE[,...]",
+                     help="Memory per device, as accelerate takes it, e.g. 0=70GiB,cpu=200GiB (repeatable). With "
+                          "--device-map: what it may place on each device; for the memory pre-flight: what the run "
+                          "may count on [default: what is free]."),
+        click.option("--offload-folder", default=None,
+                     help="Where --device-map offloads weights to disk [default: a temporary folder per pass]."),
+        click.option("--preflight/--no-preflight", default=default("preflight"), show_default=True,
+                     help="Before loading, refuse a model whose weights plus the largest batch's activations do not "
+                          "fit its device (naming the flags that would make it fit); run.json records the estimate "
+                          "and the measured peak either way."),
         click.option("--allow-pickle-weights", is_flag=True, help="Load pickle-format weights (.bin), which can "
                      "run code; without it only safetensors load."),
         click.option("--overwrite", is_flag=True, help="Replace another run's results in the output folder."),
@@ -87,9 +104,14 @@ def scoring_options(f):
 
 
 def score_options(model, output, kw) -> ScoreOptions:
-    """ScoreOptions from the shared options: same names, except --no-cache, --quiet and --domains."""
+    """ScoreOptions from the shared options: same names, except --no-cache, --quiet, --domains and
+    --max-memory (DEVICE=SIZE strings -> a dict)."""
     names = {f.name for f in fields(ScoreOptions)}
     given = {k: v for k, v in kw.items() if k in names}
+    try:
+        given["max_memory"] = parse_max_memory(kw.get("max_memory"))
+    except ValueError as e:
+        raise UsageError(f"--max-memory: {e}") from None
     given.update(model=model, output=output, domains=tuple(kw["domains"]), cache=not kw["no_cache"],
                  progress=not kw["quiet"])
     return ScoreOptions(**given)

@@ -13,7 +13,8 @@ from ..errors import UsageError
 from ..inputs.layout import sequence_name
 from ..inputs.tokenize import Encoded
 from ..models.kinds import architectures, is_reward_model
-from .options import COMPAT, DTYPES, ENGINES, LOGPROB_IMPLS, MODES, REF_FREE, SCORED_OPTIONS, ScoreOptions
+from .options import (COMPAT, DEVICE_MAPS, DTYPES, ENGINES, LOGPROB_IMPLS, MODES, REF_FREE, SCORED_OPTIONS,
+                      ScoreOptions, max_memory_budgets)
 
 
 def check_options(o: ScoreOptions):
@@ -39,6 +40,44 @@ def check_options(o: ScoreOptions):
         raise UsageError("--max-batch-size must be at least 1")
     if o.prefix_cache_mb is not None and o.prefix_cache_mb < 1:
         raise UsageError("--prefix-cache-mb must be at least 1")
+    if o.tp < 1:
+        raise UsageError("--tp must be at least 1")
+    if o.tp > 1 and o.engine == "ray":
+        raise UsageError(f"--tp {o.tp} with --engine ray: Ray workers hold whole models; use --tp without Ray")
+    if o.tp > 1 and o.share_prefix:
+        raise UsageError(f"--tp {o.tp} with --share-prefix: shared prefixes are not kept across tensor-parallel "
+                         "ranks; use one of them")
+    check_placement(o)
+
+
+def check_placement(o: ScoreOptions) -> None:
+    """--device-map, --max-memory and --offload-folder against each other and the other options."""
+    try:
+        budgets = max_memory_budgets(o.max_memory)
+    except (ValueError, AttributeError) as e:
+        raise UsageError(f"--max-memory: {e}; give DEVICE=SIZE pairs, e.g. --max-memory 0=70GiB,cpu=200GiB") from None
+    if o.offload_folder is not None and not o.device_map:
+        raise UsageError("--offload-folder is where --device-map offloads to disk: pass --device-map auto too, or drop "
+                         "it")
+    if not o.device_map:
+        return
+    if o.device_map not in DEVICE_MAPS:
+        raise UsageError(f"--device-map {o.device_map}: expected one of {', '.join(DEVICE_MAPS)}")
+    if o.engine == "ray":
+        raise UsageError("--device-map places one model over this machine's devices, but --engine ray gives each "
+                         "worker a whole model: drop one of them (--gpus-per-worker N gives a Ray worker several GPUs)")
+    if (getattr(o, "tp", None) or 1) > 1:
+        raise UsageError("--device-map and --tp both split the model over the GPUs: choose one of them")
+    if o.device is not None and ":" in o.device:
+        raise UsageError(f"--device-map {o.device_map} spreads the model over every visible device, but --device "
+                         f"{o.device} names one: drop --device (choose the GPUs with CUDA_VISIBLE_DEVICES or "
+                         "--max-memory), or drop --device-map")
+    if o.device is not None and o.device.startswith("cpu") and any(isinstance(k, int) for k in budgets):
+        raise UsageError("--max-memory names a GPU, but --device cpu places the model on the CPU (and disk) only: "
+                         "drop the GPU entries or --device cpu")
+    if o.share_prefix:
+        raise UsageError("--share-prefix keeps each prompt's KV cache on one device, which --device-map does not "
+                         "give: drop one of them")
 
 
 def check_kind(path: str, config, mode: str, what: str) -> None:
@@ -61,6 +100,9 @@ def check_run(o: ScoreOptions, run) -> None:
         if o.ref_model is not None or o.ref_free is not None:
             raise UsageError(f"--ref-model / --ref-free are for DPO models; {o.model} is a reward model "
                              f"(adapter {run.adapter.name})")
+        if o.tp > 1:
+            raise UsageError(f"--tp {o.tp}: the {run.adapter.name} adapter loads its model its own way, which has no "
+                             "tensor-parallel plan here; use --device-map auto")
         return
     if o.adapter:
         raise UsageError(f"--adapter {o.adapter} scores reward models, not --mode {o.mode}")

@@ -25,6 +25,7 @@ from .checks import check_output
 from .finished import file_hashes, finished_run, keep_run, run_stamp, stored_run
 from .lent import describe as describe_lent
 from .options import ScoreOptions
+from .preflight import pass_plan, placement_key
 from .prepare import Prepared, prepare
 from .progress import Progress
 from .report import run_info, timing
@@ -46,8 +47,9 @@ def _local(prep: Prepared, o: ScoreOptions, model_path: str, lent=None):
         t0 = time.perf_counter()
         model = prefix = None
         try:
+            plan = pass_plan(prep, o, model_path, todo, lent)  # the memory pre-flight and --device-map's placement
             with model_for_pass(prep.scorer, model_path, lent, prep.dtype, prep.target.compute, o.trust_remote_code,
-                                o.allow_pickle_weights) as (model, device, info):
+                                o.allow_pickle_weights, plan=plan) as (model, device, info):
                 if prep.plan is not None:
                     prefix = PrefixKV(model, [e.ids for e in prep.seqs], prep.plan,
                                       np.concatenate([b.indices for b in todo]), prep.scorer.pad_id, device,
@@ -94,9 +96,12 @@ def model_pass(prep: Prepared, o: ScoreOptions, model_path: str, role: str, stor
     key = None
     model_key = fp["sha256"] or fp.get("stat_key")  # stat_key: --no-cache, results kept in memory only
     if model_key and prep.tok_key:
-        key = pass_key(prep.scorer.code_modules(), model_key, prep.tok_key, prep.target.gpu, prep.precision.int8,
+        code = prep.scorer.code_modules() + (("rmbench_fast.engine.tensor_parallel",) if o.tp > 1 else ())
+        key = pass_key(code, model_key, prep.tok_key, prep.target.gpu, prep.precision.int8,
                        prep.plan is not None, str(prep.dtype), prep.device.type, *prep.scorer.pass_key(),
-                       prep.max_tokens, o.max_batch_size, *(prep.plan.key() if prep.plan is not None else ()))
+                       prep.max_tokens, o.max_batch_size, *(prep.plan.key() if prep.plan is not None else ()),
+                       *((f"tp{o.tp}",) if o.tp > 1 else ()),  # ranks sum in another order: not the same bits
+                       *placement_key(o, prep.target))
     if o.engine == "ray" and lent is not None:
         raise UsageError(f"{role} {model_path}: a model loaded in memory is scored in this process; give its path to "
                          "score it on Ray workers")
@@ -104,6 +109,13 @@ def model_pass(prep: Prepared, o: ScoreOptions, model_path: str, role: str, stor
         from .distributed import RayConfig, ray_compute
 
         compute = ray_compute(RayConfig(o.ray_address, o.num_workers, o.gpus_per_worker), prep, o, model_path)
+    elif o.tp > 1:
+        if lent is not None or prep.precision.int8:
+            raise UsageError(f"--tp {o.tp}: {'a model loaded in memory' if lent is not None else '8-bit weights'} "
+                             "cannot be split over ranks; give its path / another --dtype")
+        from .tensor_parallel import tp_compute
+
+        compute = tp_compute(prep, o, model_path)
     else:
         compute = _local(prep, o, model_path, lent)
     progress = Progress(len(prep.seqs), prep.batch_lengths, role, o.progress)

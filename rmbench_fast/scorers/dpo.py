@@ -22,7 +22,7 @@ from ..models.device import OUT_OF_MEMORY
 from ..models.kinds import base_model, is_causal_decoder, text_config
 from ..models.loading import load_model
 from .base import Scorer
-from .logprobs import LMHead, head_logits, segment_stats, token_logprobs
+from .logprobs import LMHead, head_logits, ready, segment_stats, token_logprobs
 
 log = logging.getLogger("rmbench_fast")
 
@@ -41,7 +41,12 @@ def lm_head_of(model) -> LMHead | None:
     scale = getattr(cfg, "logit_scale", None)
     divisor = getattr(cfg, "logits_scaling", None)
     softcap = getattr(cfg, "final_logit_softcapping", None)
-    return LMHead(head.weight, head.bias, *(None if x is None else float(x) for x in (scale, softcap, divisor)))
+    weight, bias = head.weight, head.bias
+    if hasattr(weight, "full_tensor"):  # a tensor-parallel head (a DTensor, vocabulary-sharded): gathered once a pass
+        weight = weight.full_tensor()
+        bias = bias.full_tensor() if hasattr(bias, "full_tensor") else bias
+    return LMHead(weight, bias, *(None if x is None else float(x) for x in (scale, softcap, divisor)),
+                  module=head)  # read through accelerate's hook when --device-map offloaded it (logprobs.ready)
 
 
 def _label_positions(seqs, batch: Batch, device, offsets=None):
@@ -70,7 +75,10 @@ def batch_token_logprobs(model, seqs, batch: Batch, pad_id: int, device, impl: s
     impl: "triton" / "torch" pick the fused op's implementation (rmbench_fast.kernels) applied to
     `head`; with head None (impl "plain", or heads the fused op cannot express) the whole model
     runs for logits, reduced at the label positions only. prefix: a PrefixKV, when the batches
-    are of suffixes after shared prompt prefixes (every scored position is in the suffix)."""
+    are of suffixes after shared prompt prefixes (every scored position is in the suffix).
+    A model placed over several devices (--device-map) returns its hidden states on its last
+    block's device: the response rows move to where the head computes (ready), and the log-probs
+    are where the head is."""
     causal = is_causal_decoder(model.config)
     inputs, offsets = batch_inputs(seqs, batch, pad_id, device, causal, prefix, base=head is not None)
     ids = inputs["input_ids"]
@@ -78,9 +86,14 @@ def batch_token_logprobs(model, seqs, batch: Batch, pad_id: int, device, impl: s
     targets = ids[rows, pos + 1]
     if head is not None:
         hidden = forward(base_model(model), inputs)[0]
-        return rows, token_logprobs(hidden[rows, pos], head, targets, impl)
+        picked = hidden[rows.to(hidden.device), pos.to(hidden.device)]
+        with ready(head) as h:
+            at = h.weight.device
+            return rows.to(at), token_logprobs(picked.to(at), h, targets.to(at), impl)
     logits = forward(model, inputs).logits
-    return rows, logits_logprobs(logits[rows, pos], targets, "torch" if impl == "plain" else impl)
+    at = logits.device
+    return rows.to(at), logits_logprobs(logits[rows.to(at), pos.to(at)], targets.to(at),
+                                        "torch" if impl == "plain" else impl)
 
 
 def batch_logprob_stats(model, seqs, batch: Batch, pad_id: int, device, impl: str, head: LMHead | None,
@@ -113,11 +126,16 @@ def check_head(model, head: LMHead, seqs, i: int, pad_id: int, device, impl: str
     inputs, _ = batch_inputs(cut, one, pad_id, device, is_causal_decoder(model.config))
     pos = torch.arange(cut[0].start - 1, len(cut[0].ids) - 1, device=device)
     targets = inputs["input_ids"][0, pos + 1]
-    own = forward(model, inputs).logits[0, pos].float()
+    logits = forward(model, inputs).logits
+    own = logits[0, pos.to(logits.device)].float()
     try:
-        hidden = forward(base_model(model), inputs)[0][0, pos]
-        ours = head_logits(hidden, head)
-        fused = token_logprobs(hidden, head, targets, impl)
+        hidden = forward(base_model(model), inputs)[0]
+        hidden = hidden[0, pos.to(hidden.device)]
+        with ready(head) as h:  # a placed model: where its head computes (scorers.logprobs.ready)
+            at = h.weight.device
+            hidden, targets, own = hidden.to(at), targets.to(at), own.to(at)
+            ours = head_logits(hidden, h)
+            fused = token_logprobs(hidden, h, targets, impl)
     except OUT_OF_MEMORY:
         raise  # not a head that does not fit: the runner retries, and the check runs again
     except RuntimeError as e:  # e.g. a head that reads another hidden size than the base model's output
@@ -127,7 +145,7 @@ def check_head(model, head: LMHead, seqs, i: int, pad_id: int, device, impl: str
     tol = max(torch.finfo(dtype).eps, 1e-5) * max(1.0, float(ours.abs().max()))
     if not err <= tol:
         return f"the fused head's logits differ from {type(model).__name__}'s own by {err:.2e} (tolerance {tol:.1e})"
-    exact = ours.log_softmax(-1)[torch.arange(len(pos), device=device), targets]
+    exact = ours.log_softmax(-1)[torch.arange(len(pos), device=ours.device), targets]
     err = float((fused - exact).abs().max())
     tol = KERNEL_TOL.get(dtype, 5e-3) * max(1.0, float(exact.abs().max()))
     if not err <= tol:

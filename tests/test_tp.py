@@ -1,0 +1,55 @@
+"""--tp: two gloo ranks on CPU against one process (fp32: per-sample |diff| <= 1e-5 and the same
+accuracies) for a reward model, DPO with a reference and reference-free; a rank killed in the
+middle of a pass is one line, and the same command resumes from what the store kept."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from rmbench_fast.engine.score import ScoreOptions, score
+from rmbench_fast.errors import UsageError
+
+pytestmark = pytest.mark.slow  # each --tp pass starts two processes that import torch and transformers
+
+
+def _pair(o: ScoreOptions):
+    one = score(replace(o, cache=False))
+    two = score(replace(o, cache=False, tp=2))
+    return one, two
+
+
+@pytest.mark.parametrize("kind", ["rm", "dpo", "ref-free"])
+def test_two_ranks_score_as_one_process(world, kind):
+    models = {"rm": dict(model=world["rm"]), "dpo": dict(model=world["policy"], ref_model=world["ref"]),
+              "ref-free": dict(model=world["policy"], ref_free="norm")}[kind]
+    o = ScoreOptions(data=world["data"], progress=False, dtype="float32", max_batch_size=4, **models)
+    one, two = _pair(o)
+    np.testing.assert_allclose(two.chosen, one.chosen, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(two.rejected, one.rejected, rtol=0, atol=1e-5)
+    assert two.summary["domains"] == one.summary["domains"]  # the same accuracies, domain by domain
+    assert all(info["tp"] == 2 and info["tp_backend"] == "gloo" for info in two.run["models"].values())
+
+
+def test_a_killed_rank_is_one_line_and_the_run_resumes(world, tmp_path, monkeypatch):
+    o = ScoreOptions(model=world["policy"], ref_model=world["ref"], data=world["data"], progress=False,
+                     dtype="float32", max_batch_size=2, cache_dir=str(tmp_path / "store"), tp=2)
+    monkeypatch.setenv("RMBENCH_FLUSH_SECONDS", "0")  # progress kept after every batch
+    monkeypatch.setenv("RMBENCH_FAULT_KILL_RANK", "1:3")  # rank 1 SIGKILLs itself before its fourth batch
+    with pytest.raises(UsageError, match=r"--tp 2: rank 1 ended .* the same command resumes") as e:
+        score(o)
+    assert "\n" not in str(e.value)
+    monkeypatch.delenv("RMBENCH_FAULT_KILL_RANK")
+    again = score(o)
+    assert again.run["models"]["model"]["resumed_sequences"] >= 3 * 2  # three batches of two kept
+    plain = score(replace(o, tp=1, cache=False))
+    np.testing.assert_allclose(again.chosen, plain.chosen, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(again.rejected, plain.rejected, rtol=0, atol=1e-5)
+
+
+def test_tp_refuses_what_it_cannot_split(world):
+    o = ScoreOptions(model=world["rm"], data=world["data"], progress=False, tp=2)
+    with pytest.raises(UsageError, match="--tp 2 with --share-prefix"):
+        score(replace(o, share_prefix=True))
+    with pytest.raises(UsageError, match="--tp 2 with --engine ray"):
+        score(replace(o, engine="ray"))

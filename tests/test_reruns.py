@@ -225,11 +225,22 @@ def test_the_same_run_into_another_folder_comes_from_the_store(world, tmp_path):
     o = ScoreOptions(model=world["policy"], ref_model=world["ref"], data=world["data"], progress=False,
                      cache_dir=str(tmp_path / "store"), max_batch_size=3, output=str(tmp_path / "c"))
 
-    def interrupt(role, batch):
+    import rmbench_fast.engine.score as score_mod
+
+    real = score_mod.atomic_write_json
+
+    def interrupted(path, obj):  # the results files are written; the run ends before run.json
         raise KeyboardInterrupt
 
-    with pytest.raises(KeyboardInterrupt):
-        score(o, hooks=interrupt)
+    score_mod.atomic_write_json = interrupted
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            score(o)
+    finally:
+        score_mod.atomic_write_json = real
+    assert (tmp_path / "c" / "results.json").is_file() and not (tmp_path / "c" / "run.json").exists()
     run = score(replace(o, output=str(tmp_path / "d")))
-    assert not run.run.get("reused") and run.run["passes_computed"] == 2
+    assert not run.run.get("reused") and run.run["passes_computed"] == 0  # its passes were finished and kept
     assert score(replace(o, output=str(tmp_path / "e"))).run["reused_from"] == str(tmp_path / "d")
+    for name in ("results.json", "results.jsonl", "summary.json"):
+        assert (tmp_path / "d" / name).read_bytes() == (tmp_path / "e" / name).read_bytes()

@@ -144,9 +144,14 @@ def keep_run(store, stamp: str | None, out_dir) -> None:
     import numpy as np
 
     out = Path(out_dir)
-    arrays = {name: np.frombuffer((out / name).read_bytes(), dtype=np.uint8)
-              for name in RESULT_FILES + ("run.json",) if (out / name).is_file()}
-    store.put(_kept_key(stamp), arrays)
+    try:
+        arrays = {name: np.frombuffer((out / name).read_bytes(), dtype=np.uint8)
+                  for name in RESULT_FILES + ("run.json",) if (out / name).is_file()}
+        store.put(_kept_key(stamp), arrays)
+    except OSError as e:  # the run itself is done and written: a full disk here costs only the shortcut
+        import logging
+
+        logging.getLogger("rmbench_fast").warning("the finished run was not kept in the store (%s)", e)
 
 
 def stored_run(o, store=None, target=None, started: float | None = None):

@@ -13,7 +13,8 @@ Implementations, chosen by `impl`:
   fallback);
 - "auto": torch on CPU; on CUDA whichever of triton and torch ran faster for the shape, timed once
   per process for each (V, d, dtype, N bucket) (RMBENCH_LOGPROB_TUNING=0: triton, untimed).
-Plain references live in `logprob_reference.py`.
+Plain references live in `logprob_reference.py`. Vocabulary-sharded heads (tensor parallelism):
+`logprob_sharded.py` (per-shard (max, sum-exp) partials and target logits, merged over the ranks).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import torch
 
 from .common import TargetOutOfVocabError, check_targets, n_bucket, tuning_enabled  # noqa: F401
 from .logprob_torch import chunked_linear_logprobs, chunked_logits_logprobs
+from .logprob_sharded import combine_local, combine_partials, shard_partials, sharded_logprobs  # noqa: F401
 
 IMPLS = ("auto", "triton", "torch")
 _AUTO_CHOICES: dict[tuple, str] = {}  # per-process memo of `auto`: key -> "triton" | "torch"

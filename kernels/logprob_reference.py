@@ -46,3 +46,12 @@ def reference_segment_stats(logps, segments, n_segments):
         count[s] += 1
         sumsq[s] += lp * lp
     return total, count, sumsq
+
+
+def reference_sharded_logprobs(h, weight_shards, targets, bias_shards=None, scale=None, softcap=None,
+                               dtype=torch.float32, divisor=None):
+    """log_softmax(head(h))[target] per row for a head given as its vocabulary shards (in order):
+    the shards (and bias shards) concatenated into the whole head, then whole logits, in `dtype`."""
+    weight = torch.cat(list(weight_shards))
+    bias = None if bias_shards is None else torch.cat(list(bias_shards))
+    return reference_linear_logprobs(h, weight, targets, bias, scale, softcap, dtype, divisor)

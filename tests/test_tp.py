@@ -29,6 +29,8 @@ def test_two_ranks_score_as_one_process(world, kind):
     np.testing.assert_allclose(two.rejected, one.rejected, rtol=0, atol=1e-5)
     assert two.summary["domains"] == one.summary["domains"]  # the same accuracies, domain by domain
     assert all(info["tp"] == 2 and info["tp_backend"] == "gloo" for info in two.run["models"].values())
+    if kind != "rm":  # the vocabulary-sharded head through the fused op, its self-check passed (no fallback)
+        assert all(info["logprob_head"] == "fused" for info in two.run["models"].values()), two.run["models"]
 
 
 def test_a_killed_rank_is_one_line_and_the_run_resumes(world, tmp_path, monkeypatch):

@@ -11,8 +11,9 @@ left, so every rank always runs exactly the same batches (the decisions are made
 A rank that dies is one line naming it; the batches finished before are kept by the store's
 partial entry (store.caching), so the same command resumes.
 
-The DPO scorer gathers the vocabulary-sharded LM head once per pass (scorers.dpo.lm_head_of) and
-runs the fused log-prob op on the whole head.
+The DPO scorer keeps the LM head vocabulary-sharded (scorers.dpo.lm_head_of): each rank reduces its
+rows to (max, sum-exp) partials and the target's logit, merged over the group
+(kernels.logprob_sharded), which measured never slower than gathering the head.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from ..kernels import linear_logprobs, segment_stats  # noqa: F401  (segment_stats: part of the seam)
+from ..kernels import linear_logprobs, segment_stats, sharded_logprobs  # noqa: F401  (segment_stats: part of the seam)
 
 
 @dataclass
@@ -26,6 +26,11 @@ class LMHead:
     softcap: float | None = None
     divisor: float | None = None  # Granite's logits_scaling
     module: torch.nn.Module | None = None  # the Linear it was read from, when accelerate may offload it
+    # a tensor-parallel head (--tp): `weight` and `bias` are this rank's rows [vocab_start, vocab_start +
+    # rows) of a head of `vocab` rows, sharded over `group` (kernels.logprob_sharded); None: a whole head
+    vocab_start: int | None = None
+    vocab: int | None = None
+    group: object = None
 
 
 @contextmanager
@@ -48,6 +53,10 @@ def token_logprobs(hidden: torch.Tensor, head: LMHead, targets: torch.Tensor, im
     """log softmax(head(hidden))[target] for each row, in fp32: [N, d], [N] -> [N]."""
     if hidden.dtype != head.weight.dtype:
         hidden = hidden.to(head.weight.dtype)
+    if head.vocab_start is not None:  # each rank reduces its rows; the partials are merged over the group
+        return sharded_logprobs(hidden.contiguous(), head.weight, head.vocab_start, targets, head.group, head.bias,
+                                head.scale, head.softcap, head.divisor, vocab=head.vocab,
+                                impl="triton" if impl == "triton" else "torch")
     return linear_logprobs(hidden.contiguous(), head.weight, targets, head.bias, head.scale, head.softcap, impl,
                            divisor=head.divisor)
 
@@ -56,6 +65,12 @@ def head_logits(hidden: torch.Tensor, head: LMHead) -> torch.Tensor:
     """The head's logits in fp32 ([N, d] -> [N, V]), as plainly as the seam defines them: the fused
     op's reference for the DPO scorer's once-per-pass self-check (a few rows only)."""
     z = hidden.float() @ head.weight.float().T
+    if head.vocab_start is not None:  # this rank's columns: gathered in rank order (a few rows only)
+        import torch.distributed as dist
+
+        parts = [torch.empty(0)] * dist.get_world_size(head.group)
+        dist.all_gather_object(parts, z.cpu(), group=head.group)
+        z = torch.cat(parts, dim=1).to(z.device)
     if head.bias is not None:
         z = z + head.bias.float()
     mult = (1.0 if head.scale is None else head.scale) / (1.0 if head.divisor is None else head.divisor)

@@ -1,6 +1,7 @@
 """--tp: two gloo ranks on CPU against one process (fp32: per-sample |diff| <= 1e-5 and the same
-accuracies) for a reward model, DPO with a reference and reference-free; a rank killed in the
-middle of a pass is one line, and the same command resumes from what the store kept."""
+accuracies) for a reward model, DPO with a reference and reference-free; one rank's out-of-memory
+error halves that batch for every rank; a rank killed in the middle of a pass is one line, and the
+same command resumes from what the store kept."""
 
 from dataclasses import replace
 
@@ -55,3 +56,16 @@ def test_tp_refuses_what_it_cannot_split(world):
         score(replace(o, share_prefix=True))
     with pytest.raises(UsageError, match="--tp 2 with --engine ray"):
         score(replace(o, engine="ray"))
+
+
+def test_one_ranks_out_of_memory_halves_the_batch_for_every_rank(world, monkeypatch):
+    """Rank 1 alone runs out of memory at its third batch: the group stops, that batch is cut in two
+    and every rank runs the rest again; the scores are those of one process."""
+    o = ScoreOptions(model=world["policy"], ref_model=world["ref"], data=world["data"], progress=False,
+                     dtype="float32", max_batch_size=4, cache=False, tp=2)
+    monkeypatch.setenv("RMBENCH_FAULT_OOM_RANK", "1:2")
+    two = score(o)
+    assert all(info["out_of_memory_halvings"] == 1 for info in two.run["models"].values())
+    one = score(replace(o, tp=1))
+    np.testing.assert_allclose(two.chosen, one.chosen, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(two.rejected, one.rejected, rtol=0, atol=1e-5)

@@ -27,6 +27,7 @@ from ..errors import UsageError, one_line
 from ..inputs.batching import halves
 
 KILL_ENV = "RMBENCH_FAULT_KILL_RANK"  # "RANK:BATCHES": that rank SIGKILLs itself after that many batches (drills)
+OOM_ENV = "RMBENCH_FAULT_OOM_RANK"  # "RANK:BATCH": that rank's first group runs out of memory at that batch (drills)
 
 
 def _load(job):
@@ -62,6 +63,8 @@ def _rank_main(rank: int, job: dict, conn) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(n))
     kill = os.environ.get(KILL_ENV, "")
     kill_rank, kill_after = (int(x) for x in kill.split(":")) if kill else (-1, -1)
+    oom = os.environ.get(OOM_ENV, "") if job["attempt"] == 0 else ""
+    oom_rank, oom_at = (int(x) for x in oom.split(":")) if oom else (-1, -1)
     try:
         if job["backend"] == "gloo":
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // n))  # the ranks share the cores
@@ -80,6 +83,8 @@ def _rank_main(rank: int, job: dict, conn) -> None:
                 if rank == kill_rank and k == kill_after:
                     os.kill(os.getpid(), 9)
                 try:
+                    if rank == oom_rank and k == oom_at:
+                        raise torch.OutOfMemoryError("out of memory (injected)")
                     out = run(job["seqs"], batch, None)
                 except OUT_OF_MEMORY:
                     conn.send(("oom", k))
@@ -95,11 +100,12 @@ def _rank_main(rank: int, job: dict, conn) -> None:
             pass
 
 
-def _handle(msg, r: int, job: dict, arrays: dict, on_batch, done: dict):
-    """One message from rank r: a batch's outputs, its end, or why it stopped. Returns the index of
-    the batch that ran out of memory, else None."""
+def _handle(msg, r: int, job: dict, arrays: dict, on_batch, done: dict, got: set):
+    """One message from rank r: a batch's outputs (got: the indices received), its end, or why it
+    stopped. Returns the index of the batch that ran out of memory, else None."""
     kind = msg[0]
     if kind == "batch":
+        got.add(msg[1])
         batch = job["todo"][msg[1]]
         for name, values in msg[2].items():
             arrays[name][batch.indices] = values
@@ -111,6 +117,22 @@ def _handle(msg, r: int, job: dict, arrays: dict, on_batch, done: dict):
     else:
         raise UsageError(f"--tp {job['n']}: rank {r} failed: {msg[1]}")
     return None
+
+
+def _take_finished(conn, failed: int, job: dict, arrays: dict, on_batch, got: set) -> None:
+    """Every batch before `failed` from rank 0, which sent each before it began the next: those not
+    read yet are finished work (taken, not run again); one missing is an error, never a zero score."""
+    while not set(range(failed)) <= got:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            break
+        if msg[0] != "batch":
+            break
+        _handle(msg, 0, job, arrays, on_batch, {}, got)
+    if not set(range(failed)) <= got:
+        raise UsageError(f"--tp {job['n']}: rank 0 stopped before sending batches it had finished; the batches "
+                         "kept before are in the store: the same command resumes")
 
 
 def _run_group(job: dict, arrays: dict, on_batch) -> tuple[dict, int | None]:
@@ -127,6 +149,7 @@ def _run_group(job: dict, arrays: dict, on_batch) -> tuple[dict, int | None]:
     for _, w in pipes:
         w.close()
     done: dict = {}
+    got: set = set()
     live = {p.sentinel: r for r, p in enumerate(procs)}
     try:
         while len(done) < n:
@@ -141,8 +164,9 @@ def _run_group(job: dict, arrays: dict, on_batch) -> tuple[dict, int | None]:
                         msg = conn.recv()
                     except EOFError:
                         break
-                    failed = _handle(msg, r, job, arrays, on_batch, done)
+                    failed = _handle(msg, r, job, arrays, on_batch, done, got)
                     if failed is not None:
+                        _take_finished(pipes[0][0], failed, job, arrays, on_batch, got)
                         return {}, failed
                 if ready in live and ready not in readers:  # the process itself ended
                     del live[ready]
@@ -163,6 +187,12 @@ def tp_compute(prep, o, model_path: str):
 
     def compute(todo, arrays, on_batch):
         t0 = time.perf_counter()
+        delivered = []
+
+        def took(batch):
+            delivered.append(batch)
+            on_batch(batch)
+
         cuda = prep.target.compute.type == "cuda"
         if cuda and torch.cuda.device_count() < o.tp:
             raise UsageError(f"--tp {o.tp}: this machine has {torch.cuda.device_count()} CUDA device(s)")
@@ -175,8 +205,8 @@ def tp_compute(prep, o, model_path: str):
                 job = {"n": o.tp, "backend": "nccl" if cuda else "gloo", "rendezvous": rendezvous,
                        "scorer": prep.scorer, "mode": prep.scorer.mode, "path": model_path,
                        "dtype": str(prep.dtype).replace("torch.", ""), "trust_remote_code": o.trust_remote_code,
-                       "seqs": prep.seqs, "todo": remaining}
-                got, failed = _run_group(job, arrays, on_batch)
+                       "seqs": prep.seqs, "todo": remaining, "attempt": halvings}
+                got, failed = _run_group(job, arrays, took)
                 info = info or got
                 if failed is None:
                     break
@@ -187,6 +217,12 @@ def tp_compute(prep, o, model_path: str):
                                      "smaller --dtype or more ranks")
                 halvings += 1
                 remaining = halves(batch, prep.batch_lengths) + remaining[failed + 1:]
+        import numpy as np
+
+        want, have = np.concatenate([b.indices for b in todo]), np.concatenate([b.indices for b in delivered] or [[]])
+        if set(want.tolist()) - set(have.astype(int).tolist()):  # never store a sequence no rank scored
+            raise RuntimeError(f"--tp {o.tp}: {len(set(want.tolist()) - set(have.astype(int).tolist()))} sequence(s) "
+                               "were not scored by the ranks")
         info.update(out_of_memory_halvings=halvings, batches_s=time.perf_counter() - t0 - info.get("load_s", 0.0))
         return info
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 
 from .common import LN2, TargetOutOfVocabError, check_targets, head_multipliers, n_bucket, tuning_enabled
-from .logprob_torch import _half_mm_ok, _head_
+from .logprob_torch import _half_mm_ok, chunk_logits
 
 NEG_INF = float("-inf")
 
@@ -82,13 +82,8 @@ def shard_partials(hidden, weight_shard, vocab_start: int, targets, bias=None, s
         tr = local[r0:r0 + r]
         picked = t[r0:r0 + r]
         for j, v0 in enumerate(range(0, vs, vocab_chunk)):
-            w = weight_shard[v0:v0 + vocab_chunk]
-            vc = w.shape[0]
-            if half_mm:
-                logits = torch.mm(hr, w.T, out_dtype=torch.float32)
-            else:
-                logits = torch.mm(hr, w.float().T, out=buf[:r, :vc])
-            _head_(logits, None if bias is None else bias[v0:v0 + vc], mult, softcap)
+            logits = chunk_logits(hr, weight_shard, bias, v0, vocab_chunk, mult, softcap, half_mm, buf)
+            vc = logits.shape[1]
             inside = (tr >= v0) & (tr < v0 + vc)
             picked.copy_(torch.where(inside, logits.gather(1, (tr - v0).clamp(0, vc - 1)[:, None])[:, 0], picked))
             torch.amax(logits, dim=1, out=cmax[j, :r])

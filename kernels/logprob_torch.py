@@ -37,6 +37,19 @@ def _head_(logits, bias, mult, softcap):
     return logits
 
 
+def chunk_logits(hr, weight, bias, v0: int, vocab_chunk: int, mult, softcap, half_mm: bool, buf):
+    """fp32 logits of rows `hr` against head rows [v0, v0 + vocab_chunk), the head's transforms
+    applied: a half-precision matmul with fp32 output where it is exact enough (half_mm), else fp32
+    into `buf`. One chunk of the chunked ops (here and kernels.logprob_sharded)."""
+    w = weight[v0:v0 + vocab_chunk]
+    if half_mm:
+        logits = torch.mm(hr, w.T, out_dtype=torch.float32)
+    else:
+        logits = torch.mm(hr, w.float().T, out=buf[:hr.shape[0], :w.shape[0]])
+    _head_(logits, None if bias is None else bias[v0:v0 + w.shape[0]], mult, softcap)
+    return logits
+
+
 def chunked_linear_logprobs(h, weight, targets, bias=None, scale=None, softcap=None, divisor=None,
                             row_chunk: int | None = None, vocab_chunk: int | None = None) -> torch.Tensor:
     """log_softmax(head(h))[target] per row, fp32, without materializing [N, V]; the head is
@@ -66,13 +79,8 @@ def chunked_linear_logprobs(h, weight, targets, bias=None, scale=None, softcap=N
         tr = targets[r0:r0 + r].long()
         picked = torch.zeros(r, dtype=torch.float32, device=h.device)
         for j, v0 in enumerate(range(0, v, vocab_chunk)):
-            w = weight[v0:v0 + vocab_chunk]
-            vc = w.shape[0]
-            if half_mm:
-                logits = torch.mm(hr, w.T, out_dtype=torch.float32)
-            else:
-                logits = torch.mm(hr, w.float().T, out=buf[:r, :vc])
-            _head_(logits, None if bias is None else bias[v0:v0 + vc], mult, softcap)
+            logits = chunk_logits(hr, weight, bias, v0, vocab_chunk, mult, softcap, half_mm, buf)
+            vc = logits.shape[1]
             torch.logsumexp(logits, dim=1, out=lses[:r, j])
             inside = (tr >= v0) & (tr < v0 + vc)
             picked = torch.where(inside, logits.gather(1, (tr - v0).clamp(0, vc - 1)[:, None])[:, 0], picked)

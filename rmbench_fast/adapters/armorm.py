@@ -47,7 +47,7 @@ ADAPTER = Adapter(
     official_names=("RLHFlow/ArmoRM-Llama3-8B-v0.1",),
     architectures=("LlamaForRewardModelWithGating",),
     accepts=lambda c: getattr(c, "num_quantiles", None) is None,
-    make_scorer=make_scorer,
+    make_scorer=make_scorer, remote_code=True,
     notes=("rewardbench 0.1.4 marks it a Custom Classifier: RM-Bench's run_rm.py raises NotImplementedError, so the "
            "official script has no number; scored as the model card documents",
            "runs the model's own code (auto_map AutoModelForSequenceClassification) under --trust-remote-code"),

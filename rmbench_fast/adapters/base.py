@@ -29,6 +29,7 @@ class Adapter:
     weights: tuple[str, ...] = ()
     files: tuple[str, ...] = ()
     accepts: object = None  # optional (config) -> bool, narrowing an architecture / auto_map match
+    remote_code: bool = False  # runs the model's own code (config.json auto_map): no tensor-parallel plan here
 
     @property
     def module(self) -> str:

@@ -52,7 +52,7 @@ ADAPTER = Adapter(
     official_names=("internlm/internlm2-20b-reward", "internlm/internlm2-7b-reward", "internlm/internlm2-1_8b-reward"),
     architectures=("InternLM2ForRewardModel",),
     auto_map=("InternLM2ForRewardModel",),
-    make_scorer=make_scorer,
+    make_scorer=make_scorer, remote_code=True,
     notes=("runs the model's own code (auto_map AutoModel) under --trust-remote-code",
            "texts encoded without special tokens, the reward token appended; never truncated (as the official "
            "pipeline)", QUANTIZED),

@@ -73,7 +73,7 @@ EURUS = Adapter(
     official_names=("openbmb/Eurus-RM-7b",),
     architectures=("EurusRewardModel",),
     auto_map=("EurusRewardModel",),
-    make_scorer=make_eurus,
+    make_scorer=make_eurus, remote_code=True,
     notes=("runs the model's own code (auto_map AutoModel) under --trust-remote-code", QUANTIZED),
 )
 ADAPTERS = [ULTRARM, EURUS]

@@ -36,7 +36,7 @@ ADAPTER = Adapter(
     official_names=("Qwen/WorldPM-72B",),
     architectures=("Qwen2ForRewardModel",),
     auto_map=("Qwen2ForRewardModel",),
-    make_scorer=make_scorer,
+    make_scorer=make_scorer, remote_code=True,
     notes=("runs the model's own code (auto_map AutoModel) under --trust-remote-code",
            "texts encoded without special tokens; input ids only, no attention mask (as WorldPMPipeline)",
            "the official entry pins bfloat16"),

@@ -30,7 +30,7 @@ ADAPTER = Adapter(
     summary="Ziya-LLaMA reward model (the model's own LlamaRewardModel, --trust-remote-code): its returned reward",
     official_names=("IDEA-CCNL/Ziya-LLaMA-7B-Reward",),
     auto_map=("LlamaRewardModel",),
-    make_scorer=make_scorer,
+    make_scorer=make_scorer, remote_code=True,
     notes=("runs the model's own code (auto_map AutoModelForSequenceClassification) under --trust-remote-code",
            "the official pipeline casts the model to float16 whatever the requested dtype"),
 )

@@ -94,14 +94,33 @@ def check_kind(path: str, config, mode: str, what: str) -> None:
                          "(--mode dpo) or give a reward model")
 
 
+# Families transformers 4.x's tensor parallelism splits wrongly (checked with its own classes under
+# 4.51, two gloo ranks: Gemma-2's MLP stays whole while its attention is split, a shape error in the
+# first layer); transformers 5 splits them right.
+TP_BROKEN_4X = ("gemma2",)
+
+
+def check_tp(o: ScoreOptions, config, path: str) -> None:
+    from ..models.versions import transformers_version
+
+    kind = getattr(config, "model_type", None)
+    if o.tp > 1 and kind in TP_BROKEN_4X and transformers_version() < (5,):
+        raise UsageError(f"--tp {o.tp}: {path} is a {kind} model, which transformers "
+                         f"{'.'.join(map(str, transformers_version()))}'s tensor parallelism splits wrongly; use "
+                         "transformers >= 5 for --tp, or --device-map auto")
+
+
 def check_run(o: ScoreOptions, run) -> None:
     """Everything loaded for a run (engine.prepare.Loaded) against the options and each other."""
+    check_tp(o, run.config, o.model)
+    if run.ref_config is not None:
+        check_tp(o, run.ref_config, o.ref_model)
     if run.adapter is not None:
         if o.ref_model is not None or o.ref_free is not None:
             raise UsageError(f"--ref-model / --ref-free are for DPO models; {o.model} is a reward model "
                              f"(adapter {run.adapter.name})")
-        if o.tp > 1:
-            raise UsageError(f"--tp {o.tp}: the {run.adapter.name} adapter loads its model its own way, which has no "
+        if o.tp > 1 and run.adapter.remote_code:
+            raise UsageError(f"--tp {o.tp}: the {run.adapter.name} adapter runs the model's own code, which has no "
                              "tensor-parallel plan here; use --device-map auto")
         return
     if o.adapter:

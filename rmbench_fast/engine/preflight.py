@@ -20,7 +20,8 @@ import os
 from dataclasses import dataclass
 
 from ..errors import UsageError
-from ..models.loading import Placement, load_config
+from ..models.loading import load_config
+from ..models.placement import Placement
 from ..models.memory import Shape, check_bytes, decoder_bytes, head_bytes, model_weights
 from .options import ScoreOptions, max_memory_budgets
 

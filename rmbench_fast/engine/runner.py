@@ -23,7 +23,7 @@ import torch
 from ..errors import UsageError
 from ..inputs.batching import Batch, halves
 from ..models.device import OUT_OF_MEMORY
-from ..models.loading import input_device, placed, placement_of
+from ..models.placement import input_device, placed, placement_of
 from ..models.memory import cpu_peak
 from .lent import device_of, lend
 from .runtime import keep_freed_memory
@@ -34,7 +34,7 @@ CPU_PEAK_ENV = "RMBENCH_CPU_PEAK"  # "1": measure a CPU pass's peak (run.json: m
 def load_for_pass(scorer, path: str, dtype, device, trust_remote_code: bool, allow_pickle_weights: bool,
                   placement=None):
     """The scorer's model at `path`, and what run.json records of it. placement: a
-    models.loading.Placement (--device-map), or None for `device` alone."""
+    models.placement.Placement (--device-map), or None for `device` alone."""
     info = {}
     if device.type == "cpu":
         info["malloc_keeps_freed_memory"] = keep_freed_memory()

@@ -30,25 +30,20 @@ KILL_ENV = "RMBENCH_FAULT_KILL_RANK"  # "RANK:BATCHES": that rank SIGKILLs itsel
 OOM_ENV = "RMBENCH_FAULT_OOM_RANK"  # "RANK:BATCH": that rank's first group runs out of memory at that batch (drills)
 
 
-def _load(job):
-    """The model of `job` over the process group, transformers' tensor-parallel plan applied."""
-    import torch
-    import transformers
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+def _load(job, device):
+    """The model of `job` over the process group, as its scorer loads it (an adapter's own class and
+    head included) with transformers' tensor-parallel plan applied (models.placement.TensorParallel)."""
+    from ..models.placement import TensorParallel, placed
 
-    cls = AutoModelForSequenceClassification if job["mode"] == "rm" else AutoModelForCausalLM
-    dtype = getattr(torch, job["dtype"])
-    kw = {"trust_remote_code": job["trust_remote_code"], "output_loading_info": True, "use_safetensors": True}
-    kw["dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"] = dtype
-    if hasattr(transformers, "DistributedConfig"):
-        kw["distributed_config"] = transformers.DistributedConfig(tp_size=job["n"], tp_plan="auto")
-    else:  # 4.x: the plan spans the whole process group
-        kw["tp_plan"] = "auto"
-    model, info = cls.from_pretrained(job["path"], **kw)
-    lost = [*info.get("missing_keys", ()), *info.get("unexpected_keys", ())]
-    if lost:
-        raise UsageError(f"model {job['path']}: weights missing or unused under --tp: {', '.join(sorted(lost)[:5])}")
-    return model.eval()
+    with placed(TensorParallel(job["n"])):
+        return job["scorer"].load(job["path"], job["dtype"], device, job["trust_remote_code"],
+                                  job["allow_pickle_weights"])
+
+
+def _sharded(model) -> int:
+    """How many of the model's weights the plan split over the ranks (a DTensor sharded on some dim);
+    the rest (an adapter's head, the norms) are replicated."""
+    return sum(1 for p in model.parameters() if any(pl.is_shard() for pl in getattr(p, "placements", ())))
 
 
 def _rank_main(rank: int, job: dict, conn) -> None:
@@ -72,11 +67,12 @@ def _rank_main(rank: int, job: dict, conn) -> None:
                                 timeout=timedelta(minutes=30))
         t0 = time.perf_counter()
         scorer = job["scorer"]
-        model = _load(job)
-        scorer.adopt(model)
-        device = next(p.device for p in model.parameters())
+        device = torch.device("cuda", rank) if job["backend"] == "nccl" else torch.device("cpu")
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        model = _load(job, device)
         info = {"class": type(model).__name__, "load_s": time.perf_counter() - t0, "tp": n,
-                "tp_backend": job["backend"]}
+                "tp_backend": job["backend"], "tp_sharded_weights": _sharded(model)}
         run = scorer.batch_fn(model, device)
         with torch.inference_mode():
             for k, batch in enumerate(job["todo"]):
@@ -204,7 +200,8 @@ def tp_compute(prep, o, model_path: str):
                 rendezvous = os.path.join(tmp, f"group-{halvings}")
                 job = {"n": o.tp, "backend": "nccl" if cuda else "gloo", "rendezvous": rendezvous,
                        "scorer": prep.scorer, "mode": prep.scorer.mode, "path": model_path,
-                       "dtype": str(prep.dtype).replace("torch.", ""), "trust_remote_code": o.trust_remote_code,
+                       "dtype": prep.dtype, "trust_remote_code": o.trust_remote_code,
+                       "allow_pickle_weights": o.allow_pickle_weights,
                        "seqs": prep.seqs, "todo": remaining, "attempt": halvings}
                 got, failed = _run_group(job, arrays, took)
                 info = info or got

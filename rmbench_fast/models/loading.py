@@ -3,14 +3,12 @@ weights, with one-line errors for what does not load or does not match."""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from ..errors import UsageError, one_line
+from .placement import Placement, TensorParallel, current, splittable, tp_kwargs
 from .versions import transformers_version
 
 
@@ -143,77 +141,6 @@ def _dtype_kwarg() -> str:
     return "dtype" if transformers_version() >= (4, 56) else "torch_dtype"
 
 
-@dataclass(frozen=True)
-class Placement:
-    """--device-map: accelerate places the model's modules over the devices (transformers'
-    from_pretrained(device_map=..., max_memory=..., offload_folder=...)), as the official run_rm.py
-    loads; modules that fit nowhere go to the CPU or to `offload_folder` on disk, behind accelerate's
-    hooks. max_memory: accelerate's form ({0: "70GiB", "cpu": "200GiB"}; None: what is free)."""
-    device_map: str = "auto"
-    max_memory: dict | None = None
-    offload_folder: str | None = None
-
-
-_PLACEMENT: ContextVar[Placement | None] = ContextVar("rmbench_fast_placement", default=None)
-
-
-@contextmanager
-def placed(placement: Placement | None):
-    """Every load_model inside the block (the scorers' and the adapters' loaders alike) loads with
-    `placement` (None: onto the run's one device, as always)."""
-    token = _PLACEMENT.set(placement)
-    try:
-        yield
-    finally:
-        _PLACEMENT.reset(token)
-
-
-def splittable(cls):
-    """`cls`, or for a class that declares no `_no_split_modules` (our GRM class, some remote code) a
-    subclass declaring none of its own, so that transformers 4.x takes its submodels' (the decoder's
-    layers) instead of refusing device_map="auto"; transformers 5 gathers them itself."""
-    if getattr(cls, "_no_split_modules", ()) is not None or not hasattr(cls, "from_pretrained"):
-        return cls
-    return type(cls.__name__, (cls,), {"_no_split_modules": [], "__module__": cls.__module__,
-                                       "__qualname__": cls.__qualname__})
-
-
-def execution_device(module, default=None):
-    """Where `module` computes: its accelerate hook's execution device, else its first real
-    parameter's device, else `default`."""
-    dev = getattr(getattr(module, "_hf_hook", None), "execution_device", None)
-    if dev is not None:
-        return torch.device("cuda", dev) if isinstance(dev, int) else torch.device(dev)
-    for p in module.parameters():
-        if p.device.type != "meta":
-            return p.device
-    return default
-
-
-def input_device(model, default):
-    """Where a model's inputs go: the device its input embedding computes on (a placed model's first
-    module), else `default`."""
-    if getattr(model, "hf_device_map", None) is None:
-        return default
-    try:
-        emb = model.get_input_embeddings()
-    except (AttributeError, NotImplementedError):
-        return default
-    return execution_device(emb, default) if emb is not None else default
-
-
-def placement_of(model) -> dict | None:
-    """What run.json records of a placed model: accelerate's device map (module -> device) and the
-    modules per device; None for a model on one device."""
-    dmap = getattr(model, "hf_device_map", None)
-    if not dmap:
-        return None
-    counts: dict[str, int] = {}
-    for dev in dmap.values():
-        counts[str(dev)] = counts.get(str(dev), 0) + 1
-    return {"hf_device_map": {k: str(v) for k, v in dmap.items()}, "modules_per_device": counts}
-
-
 def load_model(path: str, mode: str, dtype: torch.dtype, device: torch.device, trust_remote_code: bool,
                allow_pickle_weights: bool = False, load_in_8bit: bool = False, model_class=None,
                attn_implementation: str | None = None):
@@ -222,7 +149,8 @@ def load_model(path: str, mode: str, dtype: torch.dtype, device: torch.device, t
     every weight in the files must be used: a head whose names do not match its class would
     otherwise be random (or silently dropped), so that is an error naming the weights.
     load_in_8bit: bitsandbytes LLM.int8 on CUDA, as the official scripts load most models. Inside
-    `placed(...)` the model is placed over the devices by accelerate instead of moved to `device`."""
+    `placed(...)` the model is placed over the devices by accelerate (or split over a --tp group)
+    instead of moved to `device`."""
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
 
@@ -242,8 +170,10 @@ def load_model(path: str, mode: str, dtype: torch.dtype, device: torch.device, t
         kw["attn_implementation"] = attn_implementation
     if not allow_pickle_weights:
         kw["use_safetensors"] = True
-    placement = _PLACEMENT.get()
-    if placement is not None:
+    placement = current()
+    if isinstance(placement, TensorParallel):
+        kw.update(tp_kwargs(placement.n))
+    elif placement is not None:
         kw.update(device_map=placement.device_map, max_memory=placement.max_memory,
                   offload_folder=placement.offload_folder)
     if load_in_8bit:
@@ -252,7 +182,7 @@ def load_model(path: str, mode: str, dtype: torch.dtype, device: torch.device, t
     try:
         if trust_remote_code:
             cls = own_class(cls, path)
-        if placement is not None:
+        if isinstance(placement, Placement):
             cls = splittable(cls)
         model, info = cls.from_pretrained(path, **kw)
     except (OSError, ValueError) as e:

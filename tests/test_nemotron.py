@@ -6,6 +6,7 @@ works on any path; a causal LM named like a reward model, given without --ref-mo
 is refused in one line listing the choices, and a plain DPO policy is not."""
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -137,3 +138,31 @@ def test_a_plain_policy_and_an_explicit_choice_are_not_refused(world, tmp_path):
     named = tmp_path / "my-reward-lm"
     named.symlink_to(world["policy"], target_is_directory=True)
     assert score(options(str(named), world, ref_free="avg")).run["mode"] == "dpo"
+
+
+def test_head_offloaded_to_disk_by_a_device_map(world, tmp_path):
+    """--device-map with a CPU budget under the model's size: accelerate offloads the last modules
+    (the LM head among them) to disk, behind its hook; row 0 is read through the hook, not from the
+    head's empty (meta) weight, and the self-check still passes."""
+    from rmbench_fast.models.memory import weights_from_files
+
+    tok = PreTrainedTokenizerFast.from_pretrained(world["anywhere"])
+    model = build_model("lm", llama_config(vocab_size=len(tok), hidden=32, layers=4, heads=4), seed=5)
+    folder = str(save_model(model, tok, tmp_path / "deeper"))
+    budget = weights_from_files(Path(folder), 4).bytes // 2
+    run = score(options(folder, world, adapter="nemotron-reward", device_map="auto", max_memory={"cpu": str(budget)}))
+    placement = run.run["models"]["model"]["placement"]["hf_device_map"]
+    assert placement.get("lm_head") == "disk" and "cpu" in placement.values(), placement
+    assert run.run["models"]["model"]["logprob_head"] == "fused"
+    chosen, rejected = reference(folder, items())
+    assert np.abs(run.chosen - chosen).max() <= 1e-5 and np.abs(run.rejected - rejected).max() <= 1e-5
+
+
+@pytest.mark.slow  # two processes that import torch and transformers
+def test_row_0_read_from_its_shard_under_tp(world):
+    """--tp 2 shards the LM head over the vocabulary: row 0 is rank 0's, gathered for every rank."""
+    run = score(options(world["anywhere"], world, adapter="nemotron-reward", tp=2))
+    assert run.run["models"]["model"]["tp"] == 2 and run.run["models"]["model"]["logprob_head"] == "fused"
+    chosen, rejected = reference(world["anywhere"], items())
+    assert np.abs(run.chosen - chosen).max() <= 1e-5 and np.abs(run.rejected - rejected).max() <= 1e-5
+    assert accuracies(run.chosen, run.rejected) == accuracies(chosen, rejected)

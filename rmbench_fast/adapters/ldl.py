@@ -95,6 +95,7 @@ class LDLRewardModel(nn.Module):
     def forward(self, input_ids, attention_mask):
         h = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         x = rows(h, before_first(input_ids, self.config.pad_token_id)).float()
+        x = x.to(next(self.regression_layer.parameters()).device)  # --device-map: the last block may be on another device
         dist = torch.softmax(self.regression_layer(x).view(x.shape[0], -1, BINS), dim=-1)  # [B, 22, 10]
         w = self.gating_layer(x)
         if self.softmax:

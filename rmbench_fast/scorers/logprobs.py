@@ -65,14 +65,14 @@ def head_logits(hidden: torch.Tensor, head: LMHead) -> torch.Tensor:
     """The head's logits in fp32 ([N, d] -> [N, V]), as plainly as the seam defines them: the fused
     op's reference for the DPO scorer's once-per-pass self-check (a few rows only)."""
     z = hidden.float() @ head.weight.float().T
+    if head.bias is not None:  # (with --tp: this rank's entries, as its columns)
+        z = z + head.bias.float()
     if head.vocab_start is not None:  # this rank's columns: gathered in rank order (a few rows only)
         import torch.distributed as dist
 
         parts = [torch.empty(0)] * dist.get_world_size(head.group)
         dist.all_gather_object(parts, z.cpu(), group=head.group)
         z = torch.cat(parts, dim=1).to(z.device)
-    if head.bias is not None:
-        z = z + head.bias.float()
     mult = (1.0 if head.scale is None else head.scale) / (1.0 if head.divisor is None else head.divisor)
     if mult != 1.0:
         z = z * mult

@@ -27,7 +27,7 @@ from ..models.kinds import base_model, is_causal_decoder
 from ..models.loading import load_model
 from .base import Scorer
 from .dpo import CHECK_TOKENS, lm_head_of
-from .logprobs import LMHead, head_logits
+from .logprobs import LMHead, head_logits, ready
 
 log = logging.getLogger("rmbench_fast")
 
@@ -45,11 +45,29 @@ def verdict_probs(logits2: np.ndarray) -> np.ndarray:
     return np.where(d >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
-def two_rows(head: LMHead, token_ids: tuple[int, int]) -> LMHead:
-    """The LM head restricted to the two verdict tokens' rows (copies: two rows, not a vocabulary)."""
-    rows = torch.as_tensor(token_ids, device=head.weight.device)
-    bias = None if head.bias is None else head.bias[rows].clone()
-    return LMHead(head.weight[rows].clone(), bias, head.scale, head.softcap, head.divisor)
+def two_rows(head: LMHead, token_ids: tuple) -> LMHead:
+    """The LM head restricted to the rows of `token_ids` (copies: a few rows, not a vocabulary), on
+    the device where the head computes: read through accelerate's hook when --device-map offloaded
+    it, and gathered from the ranks that hold them when --tp shards it over the vocabulary."""
+    with ready(head) as h:
+        if h.vocab_start is None:
+            rows = torch.as_tensor(token_ids, device=h.weight.device)
+            bias = None if h.bias is None else h.bias[rows].clone()
+            return LMHead(h.weight[rows].clone(), bias, h.scale, h.softcap, h.divisor)
+        import torch.distributed as dist
+
+        # each rank fills the rows it holds; a sum over the ranks (in fp32: exact, as all others add 0) has them all
+        w = torch.zeros(len(token_ids), h.weight.shape[1], dtype=torch.float32, device=h.weight.device)
+        b = torch.zeros(len(token_ids), dtype=torch.float32, device=h.weight.device)
+        for k, t in enumerate(token_ids):
+            if h.vocab_start <= t < h.vocab_start + h.weight.shape[0]:
+                w[k] = h.weight[t - h.vocab_start].float()
+                if h.bias is not None:
+                    b[k] = h.bias[t - h.vocab_start].float()
+        dist.all_reduce(w, group=h.group)
+        dist.all_reduce(b, group=h.group)
+        return LMHead(w.to(h.weight.dtype), None if h.bias is None else b.to(h.bias.dtype), h.scale, h.softcap,
+                      h.divisor)
 
 
 def _last_positions(seqs, batch: Batch, offsets=None) -> np.ndarray:
@@ -73,8 +91,9 @@ def batch_verdict_logits(model, seqs, batch: Batch, pad_id: int, device, token_i
     rows = torch.arange(len(last), device=device)
     pos = torch.as_tensor(last, device=device)
     if head is not None:
-        hidden = forward(base_model(model), inputs)[0][rows, pos]
-        z = head_logits(hidden, head)
+        states = forward(base_model(model), inputs)[0]  # --device-map: on the last block's device
+        hidden = states[rows.to(states.device), pos.to(states.device)]
+        z = head_logits(hidden.to(head.weight.device), head)  # which may not be where the head computes
     else:
         z = forward(model, inputs).logits[rows, pos][:, list(token_ids)].float()
     return z.double().cpu().numpy()
@@ -94,7 +113,9 @@ def check_verdict_head(model, full: LMHead, head: LMHead, seqs, i: int, pad_id: 
     own = forward(model, inputs).logits[0].float()
     try:
         hidden = forward(base_model(model), inputs)[0][0]
-        ours, pair = head_logits(hidden, full), head_logits(hidden, head)
+        with ready(full) as f:  # --device-map: the whole head where it computes, for the check's few rows
+            ours = head_logits(hidden.to(f.weight.device), f).to(own.device)
+        pair = head_logits(hidden.to(head.weight.device), head).to(own.device)
     except OUT_OF_MEMORY:
         raise  # the runner retries, and the check runs again
     except RuntimeError as e:  # a head that reads another hidden size than the base model's output

@@ -1,15 +1,15 @@
-"""--tp N: one model pass over N tensor-parallel ranks that this process starts and supervises.
+"""--tp N: model passes over N tensor-parallel ranks that this process starts and supervises.
 
-Each rank is a process of its own (torch.distributed: NCCL on GPUs, gloo on CPU) that loads the
-model with transformers' own tensor parallelism (`distributed_config` where the installed version
-has it, else `tp_plan="auto"`) and runs the same batches in the same order. This process is not a
-rank: it holds the store and the results, and rank 0 sends it each batch's outputs (every rank
-computes the same replicated outputs). Keeping the supervisor out of the collectives is what keeps
-one rank's failure from hanging the others: a rank that runs out of memory says so and stops; the
-supervisor then stops every rank, cuts that batch in half and starts the group again on what is
-left, so every rank always runs exactly the same batches (the decisions are made in one place).
-A rank that dies is one line naming it; the batches finished before are kept by the store's
-partial entry (store.caching), so the same command resumes.
+A Group is N rank processes (engine.tp_rank) that load the model once with transformers' own
+tensor parallelism and then run the lists of batches this process sends them: a local pass sends
+its whole list once; a Ray worker (engine.ray_worker) keeps a group over its GPUs and sends each
+unit it is given. This process is not a rank: it holds the store and the results, and rank 0 sends
+it each batch's outputs. Keeping the supervisor out of the collectives is what keeps one rank's
+failure from hanging the others: a rank that runs out of memory says so and stops; the supervisor
+then stops every rank, cuts that batch in half and starts the group again on what is left, so every
+rank always runs exactly the same batches (the decisions are made in one place). A rank that dies
+is one line naming it; the batches finished before are kept by the store's partial entry
+(store.caching), so the same command resumes.
 
 The DPO scorer keeps the LM head vocabulary-sharded (scorers.dpo.lm_head_of): each rank reduces its
 rows to (max, sum-exp) partials and the target's logit, merged over the group
@@ -19,208 +19,191 @@ rows to (max, sum-exp) partials and the target's logit, merged over the group
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from multiprocessing.connection import wait
 
-from ..errors import UsageError, one_line
+import numpy as np
+
+from ..errors import UsageError
 from ..inputs.batching import halves
-
-KILL_ENV = "RMBENCH_FAULT_KILL_RANK"  # "RANK:BATCHES": that rank SIGKILLs itself after that many batches (drills)
-OOM_ENV = "RMBENCH_FAULT_OOM_RANK"  # "RANK:BATCH": that rank's first group runs out of memory at that batch (drills)
+from .tp_rank import rank_main
 
 
-def _load(job, device):
-    """The model of `job` over the process group, as its scorer loads it (an adapter's own class and
-    head included) with transformers' tensor-parallel plan applied (models.placement.TensorParallel)."""
-    from ..models.placement import TensorParallel, placed
-
-    with placed(TensorParallel(job["n"])):
-        return job["scorer"].load(job["path"], job["dtype"], device, job["trust_remote_code"],
-                                  job["allow_pickle_weights"])
-
-
-def _sharded(model) -> int:
-    """How many of the model's weights the plan split over the ranks (a DTensor sharded on some dim);
-    the rest (an adapter's head, the norms) are replicated."""
-    return sum(1 for p in model.parameters() if any(pl.is_shard() for pl in getattr(p, "placements", ())))
+def group_job(scorer, model_path: str, dtype, n: int, cuda: bool, trust_remote_code: bool,
+              allow_pickle_weights: bool, threads: int | None = None) -> dict:
+    """What every rank of a group needs: the scorer (its loader and batch function), the model, and
+    how the group talks (NCCL on GPUs, gloo on CPU; `threads`: the CPU cores the ranks share)."""
+    return {"n": n, "backend": "nccl" if cuda else "gloo", "scorer": scorer, "path": model_path, "dtype": dtype,
+            "trust_remote_code": trust_remote_code, "allow_pickle_weights": allow_pickle_weights,
+            "threads": threads or os.cpu_count() or 1}
 
 
-def _rank_main(rank: int, job: dict, conn) -> None:
-    """One rank: join the group, load, run every batch of `job`; rank 0 sends the outputs."""
-    import torch
-    import torch.distributed as dist
-    from datetime import timedelta
+class Group:
+    """N ranks holding one model, started at once and kept until close(); restarted (the model loaded
+    again) after an out-of-memory error. Use as a context manager."""
 
-    from ..models.device import OUT_OF_MEMORY
+    def __init__(self, job: dict):
+        import torch
 
-    n = job["n"]
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(n))
-    kill = os.environ.get(KILL_ENV, "")
-    kill_rank, kill_after = (int(x) for x in kill.split(":")) if kill else (-1, -1)
-    oom = os.environ.get(OOM_ENV, "") if job["attempt"] == 0 else ""
-    oom_rank, oom_at = (int(x) for x in oom.split(":")) if oom else (-1, -1)
-    try:
-        if job["backend"] == "gloo":
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // n))  # the ranks share the cores
-        dist.init_process_group(job["backend"], init_method=f"file://{job['rendezvous']}", rank=rank, world_size=n,
-                                timeout=timedelta(minutes=30))
-        t0 = time.perf_counter()
-        scorer = job["scorer"]
-        device = torch.device("cuda", rank) if job["backend"] == "nccl" else torch.device("cpu")
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
-        model = _load(job, device)
-        info = {"class": type(model).__name__, "load_s": time.perf_counter() - t0, "tp": n,
-                "tp_backend": job["backend"], "tp_sharded_weights": _sharded(model)}
-        run = scorer.batch_fn(model, device)
-        with torch.inference_mode():
-            for k, batch in enumerate(job["todo"]):
-                if rank == kill_rank and k == kill_after:
-                    os.kill(os.getpid(), 9)
-                try:
-                    if rank == oom_rank and k == oom_at:
-                        raise torch.OutOfMemoryError("out of memory (injected)")
-                    out = run(job["seqs"], batch, None)
-                except OUT_OF_MEMORY:
-                    conn.send(("oom", k))
-                    return
-                if rank == 0:
-                    conn.send(("batch", k, out))
-        conn.send(("done", {**info, **getattr(run, "info", {})}))
-        dist.destroy_process_group()
-    except BaseException as e:  # noqa: BLE001  (whatever it is, the supervisor reports it in one line)
-        try:
-            conn.send(("error", one_line(e) if isinstance(e, UsageError) else f"{type(e).__name__}: {e}"))
-        except (OSError, ValueError):
-            pass
+        n = job["n"]
+        if job["backend"] == "nccl" and torch.cuda.device_count() < n:
+            raise UsageError(f"--tp {n}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+        self.job, self.n, self.attempt, self.halvings = job, n, 0, 0
+        self.tmp = tempfile.mkdtemp(prefix="rmbench-tp-")
+        self.procs: list = []
+        self._start()
 
+    def __enter__(self):
+        return self
 
-def _handle(msg, r: int, job: dict, arrays: dict, on_batch, done: dict, got: set):
-    """One message from rank r: a batch's outputs (got: the indices received), its end, or why it
-    stopped. Returns the index of the batch that ran out of memory, else None."""
-    kind = msg[0]
-    if kind == "batch":
-        got.add(msg[1])
-        batch = job["todo"][msg[1]]
-        for name, values in msg[2].items():
-            arrays[name][batch.indices] = values
-        on_batch(batch)
-    elif kind == "done":
-        done[r] = msg[1]
-    elif kind == "oom":
-        return msg[1]
-    else:
-        raise UsageError(f"--tp {job['n']}: rank {r} failed: {msg[1]}")
-    return None
+    def __exit__(self, *exc):
+        self.close()
 
+    def _start(self):
+        import multiprocessing as mp
 
-def _take_finished(conn, failed: int, job: dict, arrays: dict, on_batch, got: set) -> None:
-    """Every batch before `failed` from rank 0, which sent each before it began the next: those not
-    read yet are finished work (taken, not run again); one missing is an error, never a zero score."""
-    while not set(range(failed)) <= got:
-        try:
-            msg = conn.recv()
-        except EOFError:
-            break
-        if msg[0] != "batch":
-            break
-        _handle(msg, 0, job, arrays, on_batch, {}, got)
-    if not set(range(failed)) <= got:
-        raise UsageError(f"--tp {job['n']}: rank 0 stopped before sending batches it had finished; the batches "
-                         "kept before are in the store: the same command resumes")
+        ctx = mp.get_context("spawn")
+        job = {**self.job, "rendezvous": os.path.join(self.tmp, f"group-{self.attempt}"), "attempt": self.attempt}
+        pairs = [ctx.Pipe() for _ in range(self.n)]
+        self.conns = [a for a, _ in pairs]
+        self.procs = [ctx.Process(target=rank_main, args=(r, job, pairs[r][1]), daemon=True) for r in range(self.n)]
+        for p in self.procs:
+            p.start()
+        for _, b in pairs:
+            b.close()
 
-
-def _run_group(job: dict, arrays: dict, on_batch) -> tuple[dict, int | None]:
-    """Start the ranks on job["todo"] and take rank 0's outputs until every rank finishes (rank 0's
-    info, None) or one runs out of memory ({}, the index of its batch)."""
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    n = job["n"]
-    pipes = [ctx.Pipe(duplex=False) for _ in range(n)]
-    procs = [ctx.Process(target=_rank_main, args=(r, job, pipes[r][1]), daemon=True) for r in range(n)]
-    for p in procs:
-        p.start()
-    for _, w in pipes:
-        w.close()
-    done: dict = {}
-    got: set = set()
-    live = {p.sentinel: r for r, p in enumerate(procs)}
-    try:
-        while len(done) < n:
-            readers = {pipes[r][0]: r for r in live.values()}
-            for ready in wait(list(readers) + list(live)):
-                r = readers.get(ready, live.get(ready))
-                if r is None or r not in live.values():
-                    continue
-                conn = pipes[r][0]
-                while conn.poll():  # everything the rank sent before anything else
-                    try:
-                        msg = conn.recv()
-                    except EOFError:
-                        break
-                    failed = _handle(msg, r, job, arrays, on_batch, done, got)
-                    if failed is not None:
-                        _take_finished(pipes[0][0], failed, job, arrays, on_batch, got)
-                        return {}, failed
-                if ready in live and ready not in readers:  # the process itself ended
-                    del live[ready]
-                    if r not in done:
-                        raise UsageError(f"--tp {n}: rank {r} ended (exit code {procs[r].exitcode}) in the middle of "
-                                         "the pass; the batches finished before are kept: the same command resumes")
-        return done[0], None
-    finally:
-        for p in procs:  # the others wait in a collective for the one that stopped: end them all
+    def _stop(self):
+        """Every rank ended: the others may wait in a collective for one that stopped, so none is asked."""
+        for p in self.procs:
             if p.is_alive():
                 p.kill()
             p.join()
+        for c in self.conns:
+            c.close()
+        self.procs = []
 
+    def close(self):
+        for c in self.conns if self.procs else ():
+            try:
+                c.send(None)
+            except (OSError, ValueError):
+                pass
+        for p in self.procs:
+            p.join(timeout=10)
+        self._stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
-def tp_compute(prep, o, model_path: str):
-    """compute(todo, arrays, on_batch) (store.caching) for a pass over `o.tp` ranks."""
-    import torch
-
-    def compute(todo, arrays, on_batch):
+    def run(self, seqs, todo, lengths, arrays: dict, on_batch, name) -> dict:
+        """Score `todo` (batches of indices into `seqs`) into `arrays`, calling on_batch(batch) after
+        each; rank 0's info. lengths: the tokens of each sequence (to halve a batch); name(i): how
+        errors name sequence i."""
         t0 = time.perf_counter()
-        delivered = []
+        delivered: list = []
 
         def took(batch):
             delivered.append(batch)
             on_batch(batch)
 
-        cuda = prep.target.compute.type == "cuda"
-        if cuda and torch.cuda.device_count() < o.tp:
-            raise UsageError(f"--tp {o.tp}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-        halvings = 0
-        with tempfile.TemporaryDirectory(prefix="rmbench-tp-") as tmp:
-            remaining = list(todo)
-            info = {}
-            while remaining:
-                rendezvous = os.path.join(tmp, f"group-{halvings}")
-                job = {"n": o.tp, "backend": "nccl" if cuda else "gloo", "rendezvous": rendezvous,
-                       "scorer": prep.scorer, "mode": prep.scorer.mode, "path": model_path,
-                       "dtype": prep.dtype, "trust_remote_code": o.trust_remote_code,
-                       "allow_pickle_weights": o.allow_pickle_weights,
-                       "seqs": prep.seqs, "todo": remaining, "attempt": halvings}
-                got, failed = _run_group(job, arrays, took)
-                info = info or got
-                if failed is None:
-                    break
-                batch = remaining[failed]  # every rank stopped there: the batches before it are done
-                if len(batch.indices) == 1:
-                    i = int(batch.indices[0])
-                    raise UsageError(f"out of memory scoring {prep.name(i)} alone over --tp {o.tp} ranks: use a "
-                                     "smaller --dtype or more ranks")
-                halvings += 1
-                remaining = halves(batch, prep.batch_lengths) + remaining[failed + 1:]
-        import numpy as np
+        remaining, info = list(todo), {}
+        while remaining:
+            got, failed = self._run(seqs, remaining, arrays, took)
+            info = info or got
+            if failed is None:
+                break
+            batch = remaining[failed]  # every rank stopped there: the batches before it are done
+            self._stop()
+            if len(batch.indices) == 1:
+                raise UsageError(f"out of memory scoring {name(int(batch.indices[0]))} alone over --tp {self.n} "
+                                 "ranks: use a smaller --dtype or more ranks")
+            self.halvings += 1
+            self.attempt += 1
+            self._start()
+            remaining = halves(batch, lengths) + remaining[failed + 1:]
+        want = set(np.concatenate([b.indices for b in todo]).tolist()) if todo else set()
+        have = set(np.concatenate([b.indices for b in delivered]).tolist()) if delivered else set()
+        if want - have:  # never store a sequence no rank scored
+            raise RuntimeError(f"--tp {self.n}: {len(want - have)} sequence(s) were not scored by the ranks")
+        return {**info, "out_of_memory_halvings": self.halvings,
+                "batches_s": time.perf_counter() - t0 - (info.get("load_s", 0.0) if self.attempt == 0 else 0.0)}
 
-        want, have = np.concatenate([b.indices for b in todo]), np.concatenate([b.indices for b in delivered] or [[]])
-        if set(want.tolist()) - set(have.astype(int).tolist()):  # never store a sequence no rank scored
-            raise RuntimeError(f"--tp {o.tp}: {len(set(want.tolist()) - set(have.astype(int).tolist()))} sequence(s) "
-                               "were not scored by the ranks")
-        info.update(out_of_memory_halvings=halvings, batches_s=time.perf_counter() - t0 - info.get("load_s", 0.0))
-        return info
+    def _run(self, seqs, todo, arrays: dict, on_batch) -> tuple[dict, int | None]:
+        """Send `todo` to every rank and take rank 0's outputs until every rank is done (rank 0's info,
+        None) or one runs out of memory ({}, the index of its batch)."""
+        for c in self.conns:
+            c.send((seqs, todo))
+        done: dict = {}
+        got: set = set()
+        live = {p.sentinel: r for r, p in enumerate(self.procs)}
+        while len(done) < self.n:
+            readers = {self.conns[r]: r for r in live.values()}
+            for ready in wait(list(readers) + list(live)):
+                r = readers.get(ready, live.get(ready))
+                if r is None or r not in live.values():
+                    continue
+                conn = self.conns[r]
+                while conn.poll():  # everything the rank sent before anything else
+                    try:
+                        msg = conn.recv()
+                    except EOFError:
+                        break
+                    failed = self._handle(msg, r, todo, arrays, on_batch, done, got)
+                    if failed is not None:
+                        self._take_finished(failed, todo, arrays, on_batch, got)
+                        return {}, failed
+                if ready in live and ready not in readers:  # the process itself ended
+                    del live[ready]
+                    if r not in done:
+                        code = self.procs[r].exitcode
+                        self._stop()
+                        raise UsageError(f"--tp {self.n}: rank {r} ended (exit code {code}) in the middle of the "
+                                         "pass; the batches finished before are kept: the same command resumes")
+        return done[0], None
+
+    def _handle(self, msg, r: int, todo, arrays: dict, on_batch, done: dict, got: set):
+        """One message from rank r: a batch's outputs (got: the indices received), its end, or why it
+        stopped. Returns the index of the batch that ran out of memory, else None."""
+        kind = msg[0]
+        if kind == "batch":
+            got.add(msg[1])
+            batch = todo[msg[1]]
+            for name, values in msg[2].items():
+                arrays[name][batch.indices] = values
+            on_batch(batch)
+        elif kind == "done":
+            done[r] = msg[1]
+        elif kind == "oom":
+            return msg[1]
+        else:
+            self._stop()
+            raise UsageError(f"--tp {self.n}: rank {r} failed: {msg[1]}")
+        return None
+
+    def _take_finished(self, failed: int, todo, arrays: dict, on_batch, got: set) -> None:
+        """Every batch before `failed` from rank 0, which sent each before it began the next: those not
+        read yet are finished work (taken, not run again); one missing is an error, never a zero score."""
+        while not set(range(failed)) <= got:
+            try:
+                msg = self.conns[0].recv()
+            except EOFError:
+                break
+            if msg[0] != "batch":
+                break
+            self._handle(msg, 0, todo, arrays, on_batch, {}, got)
+        if not set(range(failed)) <= got:
+            self._stop()
+            raise UsageError(f"--tp {self.n}: rank 0 stopped before sending batches it had finished; the batches "
+                             "kept before are in the store: the same command resumes")
+
+
+def tp_compute(prep, o, model_path: str):
+    """compute(todo, arrays, on_batch) (store.caching) for a pass over `o.tp` ranks."""
+
+    def compute(todo, arrays, on_batch):
+        job = group_job(prep.scorer, model_path, prep.dtype, o.tp, prep.target.compute.type == "cuda",
+                        o.trust_remote_code, o.allow_pickle_weights)
+        with Group(job) as group:
+            return group.run(prep.seqs, todo, prep.batch_lengths, arrays, on_batch, prep.name)
 
     return compute

@@ -54,8 +54,8 @@ def test_tp_refuses_what_it_cannot_split(world):
     o = ScoreOptions(model=world["rm"], data=world["data"], progress=False, tp=2)
     with pytest.raises(UsageError, match="--tp 2 with --share-prefix"):
         score(replace(o, share_prefix=True))
-    with pytest.raises(UsageError, match="--tp 2 with --engine ray"):
-        score(replace(o, engine="ray"))
+    with pytest.raises(UsageError, match="--device-map and --tp both split the model"):
+        score(replace(o, device_map="auto"))
 
 
 def test_one_ranks_out_of_memory_halves_the_batch_for_every_rank(world, monkeypatch):

@@ -57,7 +57,8 @@ def _opts():
                           "[default: 1024 on CPU, a tenth of the GPU's memory]."),
         click.option("--tp", type=click.IntRange(min=1), default=default("tp"), show_default=True,
                      help="Tensor parallel over N ranks this command starts (transformers' own plan; NCCL on "
-                          "GPUs, one GPU a rank; gloo on CPU): for models larger than one device."),
+                          "GPUs, one GPU a rank; gloo on CPU): for models larger than one device. With --engine "
+                          "ray, every worker holds such a group (--gpus-per-worker N, or 0 on CPU workers)."),
         click.option("--trust-remote-code", is_flag=True,
                      help="Allow code shipped with the model to run (off by default)."),
         click.option("--limit", type=int, default=None, help="Only the first N prompts of each domain."),
@@ -73,7 +74,8 @@ def _opts():
         click.option("--num-workers", type=int, default=default("num_workers"), show_default=True,
                      help="Ray workers (one model each)."),
         click.option("--gpus-per-worker", type=float, default=default("gpus_per_worker"), show_default=True,
-                     help="GPUs per Ray worker (0: CPU workers)."),
+                     help="GPUs per Ray worker (0: CPU workers). Above 1, each worker splits its model over its "
+                          "GPUs as a tensor-parallel group: pass --tp with the same number."),
         click.option("--device-map", type=click.Choice(DEVICE_MAPS), default=None,
                      help="Place the model over the visible devices with accelerate, as the official run_rm.py "
                           "loads (auto: every GPU, then the CPU, then disk), for models larger than one device."),

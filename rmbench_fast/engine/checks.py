@@ -42,8 +42,12 @@ def check_options(o: ScoreOptions):
         raise UsageError("--prefix-cache-mb must be at least 1")
     if o.tp < 1:
         raise UsageError("--tp must be at least 1")
-    if o.tp > 1 and o.engine == "ray":
-        raise UsageError(f"--tp {o.tp} with --engine ray: Ray workers hold whole models; use --tp without Ray")
+    if o.engine == "ray" and o.gpus_per_worker > 1 and o.tp == 1:
+        raise UsageError(f"--gpus-per-worker {o.gpus_per_worker:g}: a worker's model goes over its GPUs as a "
+                         f"tensor-parallel group, one rank a GPU: pass --tp {o.gpus_per_worker:g} too")
+    if o.engine == "ray" and o.gpus_per_worker > 0 and o.tp > 1 and o.tp != o.gpus_per_worker:
+        raise UsageError(f"--tp {o.tp} with --gpus-per-worker {o.gpus_per_worker:g}: each Ray worker's group has one "
+                         "rank a GPU: give both the same number (or --gpus-per-worker 0 for CPU workers)")
     if o.tp > 1 and o.share_prefix:
         raise UsageError(f"--tp {o.tp} with --share-prefix: shared prefixes are not kept across tensor-parallel "
                          "ranks; use one of them")

@@ -113,7 +113,8 @@ def ray_compute(cfg: RayConfig, prep, o, model_path: str):
 
     def compute(todo, arrays, on_batch):
         work, notes = run_pass_on_ray(cfg, prep, o, model_path, todo, arrays, on_batch)
-        return {"engine": "ray", "workers": cfg.num_workers, "sequences_per_worker": work, **notes}
+        return {"engine": "ray", "workers": cfg.num_workers, "sequences_per_worker": work, **notes,
+                **({"tp_per_worker": o.tp} if o.tp > 1 else {})}
 
     return compute
 
@@ -131,7 +132,7 @@ def run_pass_on_ray(cfg: RayConfig, prep, o, model_path: str, todo, arrays: dict
 
     def spawn():
         actor = worker_cls.remote(prep.scorer, model_path, dtype, prep.target, o.trust_remote_code,
-                                  o.allow_pickle_weights, threads)
+                                  o.allow_pickle_weights, threads, o.tp)
         nodes[actor] = actor.where.remote()
         return actor
 

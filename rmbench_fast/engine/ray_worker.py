@@ -63,18 +63,18 @@ class Worker:
     """Holds one model on its device and scores units of batches with the run's scorer, through the
     same loop as a local pass (runner.run_batches)."""
 
-    def __init__(self, scorer, model_path, dtype, target, trust_remote_code, allow_pickle, threads):
+    def __init__(self, scorer, model_path, dtype, target, trust_remote_code, allow_pickle, threads, tp=1):
         import torch
 
-        self.node, self.error = _node(), None
+        self.node, self.error, self.group = _node(), None, None
         if threads:
             torch.set_num_threads(threads)
         try:  # a fault of input here is the run's, not this process's: score_unit raises it (one line, no retry)
-            self._load(scorer, model_path, getattr(torch, dtype), target, trust_remote_code, allow_pickle)
+            self._load(scorer, model_path, getattr(torch, dtype), target, trust_remote_code, allow_pickle, tp, threads)
         except RmbenchError as e:
             self.error = e
 
-    def _load(self, scorer, model_path, dtype, target, trust_remote_code, allow_pickle):
+    def _load(self, scorer, model_path, dtype, target, trust_remote_code, allow_pickle, tp, threads):
         from ..scorers import resolve_logprob_impl
         from .runner import load_for_pass
 
@@ -90,6 +90,12 @@ class Worker:
             if mine != scorer.resolved:
                 raise UsageError(f"--logprob-impl {impl} resolves to {mine} on node {self.node[:12]}, to "
                                  f"{scorer.resolved} on the worker asked first")
+        if tp > 1:  # a tensor-parallel group over this worker's GPUs (or CPU cores), loaded once
+            from .tensor_parallel import Group, group_job
+
+            self.group = Group(group_job(scorer, model_path, dtype, tp, self.device.type == "cuda", trust_remote_code,
+                                         allow_pickle, threads))
+            return
         self.model, _ = load_for_pass(scorer, model_path, dtype, self.device, trust_remote_code, allow_pickle)
 
     def where(self) -> tuple[int, str]:
@@ -113,6 +119,15 @@ class Worker:
             prefix = PrefixKV(self.model, [e.ids for e in seqs], PrefixPlan(*map(np.asarray, plan)), np.arange(n),
                               self.scorer.pad_id, self.device, max_tokens)
         arrays = {name: np.zeros((n, *shape)) for name, shape in self.scorer.outputs.items()}
+        if self.group is not None:
+            from .tensor_parallel import RankLost
+
+            try:
+                info = self.group.run(seqs, local, np.asarray(batch_lengths), arrays, lambda b: None,
+                                      names.__getitem__)
+            except RankLost:  # the group is gone: this worker dies with it, and its unit goes to another
+                os._exit(1)
+            return os.getpid(), arrays, info
         info = run_batches(self.scorer, self.model, seqs, local, arrays, self.device, np.asarray(batch_lengths),
                            names.__getitem__, None, prefix)
         if prefix is not None:  # as a local pass records it

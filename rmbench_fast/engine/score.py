@@ -105,14 +105,14 @@ def model_pass(prep: Prepared, o: ScoreOptions, model_path: str, role: str, stor
     if o.engine == "ray" and lent is not None:
         raise UsageError(f"{role} {model_path}: a model loaded in memory is scored in this process; give its path to "
                          "score it on Ray workers")
+    if o.tp > 1 and (lent is not None or prep.precision.int8):
+        raise UsageError(f"--tp {o.tp}: {'a model loaded in memory' if lent is not None else '8-bit weights'} "
+                         "cannot be split over ranks; give its path / another --dtype")
     if o.engine == "ray":
         from .distributed import RayConfig, ray_compute
 
         compute = ray_compute(RayConfig(o.ray_address, o.num_workers, o.gpus_per_worker), prep, o, model_path)
     elif o.tp > 1:
-        if lent is not None or prep.precision.int8:
-            raise UsageError(f"--tp {o.tp}: {'a model loaded in memory' if lent is not None else '8-bit weights'} "
-                             "cannot be split over ranks; give its path / another --dtype")
         from .tensor_parallel import tp_compute
 
         compute = tp_compute(prep, o, model_path)

@@ -31,6 +31,12 @@ from ..inputs.batching import halves
 from .tp_rank import rank_main
 
 
+class RankLost(RuntimeError):
+    """A rank ended in the middle of a list (killed, or its node lost): the group is gone. A local pass
+    reports it in one line (the store keeps what finished); a Ray worker dies with it, so that its
+    unit goes to another worker."""
+
+
 def group_job(scorer, model_path: str, dtype, n: int, cuda: bool, trust_remote_code: bool,
               allow_pickle_weights: bool, threads: int | None = None) -> dict:
     """What every rank of a group needs: the scorer (its loader and batch function), the model, and
@@ -50,7 +56,7 @@ class Group:
         n = job["n"]
         if job["backend"] == "nccl" and torch.cuda.device_count() < n:
             raise UsageError(f"--tp {n}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-        self.job, self.n, self.attempt, self.halvings = job, n, 0, 0
+        self.job, self.n, self.attempt, self.runs = job, n, 0, 0
         self.tmp = tempfile.mkdtemp(prefix="rmbench-tp-")
         self.procs: list = []
         self._start()
@@ -106,7 +112,7 @@ class Group:
             delivered.append(batch)
             on_batch(batch)
 
-        remaining, info = list(todo), {}
+        remaining, info, halvings, first = list(todo), {}, 0, self.attempt
         while remaining:
             got, failed = self._run(seqs, remaining, arrays, took)
             info = info or got
@@ -117,7 +123,7 @@ class Group:
             if len(batch.indices) == 1:
                 raise UsageError(f"out of memory scoring {name(int(batch.indices[0]))} alone over --tp {self.n} "
                                  "ranks: use a smaller --dtype or more ranks")
-            self.halvings += 1
+            halvings += 1
             self.attempt += 1
             self._start()
             remaining = halves(batch, lengths) + remaining[failed + 1:]
@@ -125,8 +131,9 @@ class Group:
         have = set(np.concatenate([b.indices for b in delivered]).tolist()) if delivered else set()
         if want - have:  # never store a sequence no rank scored
             raise RuntimeError(f"--tp {self.n}: {len(want - have)} sequence(s) were not scored by the ranks")
-        return {**info, "out_of_memory_halvings": self.halvings,
-                "batches_s": time.perf_counter() - t0 - (info.get("load_s", 0.0) if self.attempt == 0 else 0.0)}
+        loading = info.get("load_s", 0.0) if first == 0 and not self.runs else 0.0  # the first list waited for it
+        self.runs += 1
+        return {**info, "out_of_memory_halvings": halvings, "batches_s": time.perf_counter() - t0 - loading}
 
     def _run(self, seqs, todo, arrays: dict, on_batch) -> tuple[dict, int | None]:
         """Send `todo` to every rank and take rank 0's outputs until every rank is done (rank 0's info,
@@ -157,8 +164,8 @@ class Group:
                     if r not in done:
                         code = self.procs[r].exitcode
                         self._stop()
-                        raise UsageError(f"--tp {self.n}: rank {r} ended (exit code {code}) in the middle of the "
-                                         "pass; the batches finished before are kept: the same command resumes")
+                        raise RankLost(f"--tp {self.n}: rank {r} ended (exit code {code}) in the middle of the "
+                                       "pass; the batches finished before are kept: the same command resumes")
         return done[0], None
 
     def _handle(self, msg, r: int, todo, arrays: dict, on_batch, done: dict, got: set):
@@ -193,8 +200,8 @@ class Group:
             self._handle(msg, 0, todo, arrays, on_batch, {}, got)
         if not set(range(failed)) <= got:
             self._stop()
-            raise UsageError(f"--tp {self.n}: rank 0 stopped before sending batches it had finished; the batches "
-                             "kept before are in the store: the same command resumes")
+            raise RankLost(f"--tp {self.n}: rank 0 stopped before sending batches it had finished; the batches "
+                           "kept before are in the store: the same command resumes")
 
 
 def tp_compute(prep, o, model_path: str):
@@ -203,7 +210,10 @@ def tp_compute(prep, o, model_path: str):
     def compute(todo, arrays, on_batch):
         job = group_job(prep.scorer, model_path, prep.dtype, o.tp, prep.target.compute.type == "cuda",
                         o.trust_remote_code, o.allow_pickle_weights)
-        with Group(job) as group:
-            return group.run(prep.seqs, todo, prep.batch_lengths, arrays, on_batch, prep.name)
+        try:
+            with Group(job) as group:
+                return group.run(prep.seqs, todo, prep.batch_lengths, arrays, on_batch, prep.name)
+        except RankLost as e:
+            raise UsageError(str(e)) from None
 
     return compute

@@ -14,13 +14,27 @@ import time
 
 from ..errors import UsageError, one_line
 
-KILL_ENV = "RMBENCH_FAULT_KILL_RANK"  # "RANK:BATCHES": that rank SIGKILLs itself after that many batches (drills)
+# "RANK:BATCHES[:PATH]": that rank SIGKILLs itself after that many batches (drills); with PATH, only
+# the first rank to remove the file PATH does (one death among the groups of several Ray workers)
+KILL_ENV = "RMBENCH_FAULT_KILL_RANK"
 OOM_ENV = "RMBENCH_FAULT_OOM_RANK"  # "RANK:BATCH": that rank's first group runs out of memory at that batch (drills)
 
 
 def _fault(variable: str, enabled: bool = True) -> tuple[int, int]:
     value = os.environ.get(variable, "") if enabled else ""
-    return tuple(int(x) for x in value.split(":")) if value else (-1, -1)
+    return tuple(int(x) for x in value.split(":")[:2]) if value else (-1, -1)
+
+
+def _kill_armed() -> bool:
+    """Whether this rank, at its kill point, dies: always, or with a PATH only if it removes the file."""
+    parts = os.environ.get(KILL_ENV, "").split(":", 2)
+    if len(parts) < 3:
+        return True
+    try:
+        os.remove(parts[2])
+        return True
+    except FileNotFoundError:
+        return False
 
 
 def _load(job, device):
@@ -75,7 +89,7 @@ def rank_main(rank: int, job: dict, conn) -> None:
             seqs, todo = work
             with torch.inference_mode():
                 for k, batch in enumerate(todo):
-                    if rank == kill_rank and count == kill_after:
+                    if rank == kill_rank and count == kill_after and _kill_armed():
                         os.kill(os.getpid(), 9)
                     try:
                         if rank == oom_rank and count == oom_at:

@@ -69,3 +69,23 @@ def test_one_ranks_out_of_memory_halves_the_batch_for_every_rank(world, monkeypa
     one = score(replace(o, tp=1))
     np.testing.assert_allclose(two.chosen, one.chosen, rtol=0, atol=1e-5)
     np.testing.assert_allclose(two.rejected, one.rejected, rtol=0, atol=1e-5)
+
+
+def test_the_preflight_counts_what_each_rank_holds(world):
+    """Before any rank loads: on the CPU the ranks share its memory (all the weights, and each rank's
+    activations); a --max-memory under that is one line naming what would fit, and a run that fits
+    records the estimate."""
+    from rmbench_fast.models.memory import weights_from_files
+    from pathlib import Path
+
+    o = ScoreOptions(model=world["rm"], data=world["data"], progress=False, dtype="float32", cache=False, tp=2)
+    weights = weights_from_files(Path(world["rm"]), 4).bytes
+    with pytest.raises(UsageError) as e:
+        score(replace(o, max_memory={"cpu": str(weights)}))  # the weights alone: no room for activations
+    line = str(e.value)
+    assert "\n" not in line and line.startswith(f"model {world['rm']}: under --tp 2 its 2 ranks share the CPU's memory")
+    assert "--device-map auto" in line and "--no-preflight" in line
+    run = score(o)
+    estimate = run.run["models"]["model"]["memory"]["estimate"]
+    assert estimate["weights_bytes"] == weights and estimate["rank_weights_bytes"] == weights // 2
+    assert estimate["fits"] and estimate["tp"] == 2

@@ -113,7 +113,7 @@ class PassPlan:
             raise UsageError(self.estimate["refusal"])
 
 
-def _batch_activations(prep, shape: Shape, size: int, batches) -> tuple[int, dict]:
+def batch_activations(prep, shape: Shape, size: int, batches) -> tuple[int, dict]:
     """The largest activations over `batches` (bytes) and that batch's shape."""
     dpo = getattr(prep.scorer, "mode", "rm") == "dpo" and hasattr(prep.scorer, "resolved")
     impl = getattr(prep.scorer, "resolved", "torch")
@@ -146,7 +146,7 @@ def estimate(prep, o: ScoreOptions, path: str, batches, placement: Placement | N
     if weights is None:
         return None
     shape = Shape.of(config)
-    act, largest = _batch_activations(prep, shape, size, batches)
+    act, largest = batch_activations(prep, shape, size, batches)
     if prep.plan is not None:  # shared-prefix caches, up to their budget
         from ..inputs.prefix import default_budget_bytes
 
@@ -211,7 +211,7 @@ def _max_tokens_that_fit(prep, shape, size: int, room: int) -> int | None:
     lo, hi, best = 1, int(prep.max_tokens), None
     while lo <= hi:
         mid = (lo + hi) // 2
-        act, _ = _batch_activations(prep, shape, size, make_batches(prep.batch_lengths, mid, None))
+        act, _ = batch_activations(prep, shape, size, make_batches(prep.batch_lengths, mid, None))
         if act <= room:
             best, lo = mid, mid + 1
         else:

@@ -166,7 +166,9 @@ class Group:
                         self._stop()
                         raise RankLost(f"--tp {self.n}: rank {r} ended (exit code {code}) in the middle of the "
                                        "pass; the batches finished before are kept: the same command resumes")
-        return done[0], None
+        peaks = {str(r): i["peak_bytes"] for r, i in sorted(done.items()) if i.get("peak_bytes") is not None}
+        first = {k: v for k, v in done[0].items() if k != "peak_bytes"}
+        return {**first, **({"rank_peak_bytes": peaks} if peaks else {})}, None
 
     def _handle(self, msg, r: int, todo, arrays: dict, on_batch, done: dict, got: set):
         """One message from rank r: a batch's outputs (got: the indices received), its end, or why it
@@ -207,13 +209,23 @@ class Group:
 def tp_compute(prep, o, model_path: str):
     """compute(todo, arrays, on_batch) (store.caching) for a pass over `o.tp` ranks."""
 
+    from .tp_preflight import tp_estimate
+
     def compute(todo, arrays, on_batch):
+        estimate = tp_estimate(prep, o, model_path, todo)  # before any rank loads
+        if o.preflight and estimate is not None and not estimate["fits"]:
+            raise UsageError(estimate["refusal"])
         job = group_job(prep.scorer, model_path, prep.dtype, o.tp, prep.target.compute.type == "cuda",
                         o.trust_remote_code, o.allow_pickle_weights)
         try:
             with Group(job) as group:
-                return group.run(prep.seqs, todo, prep.batch_lengths, arrays, on_batch, prep.name)
+                info = group.run(prep.seqs, todo, prep.batch_lengths, arrays, on_batch, prep.name)
         except RankLost as e:
             raise UsageError(str(e)) from None
+        peaks = info.pop("rank_peak_bytes", None)
+        measured = ({"peak_bytes": max(peaks.values()), "per_rank": peaks, "how": "torch.cuda.max_memory_allocated "
+                     "in each rank since loading began"} if peaks else
+                    {"peak_bytes": None, "how": "not measured in --tp ranks on the CPU"})
+        return {**info, "memory": {"estimate": estimate, "measured": measured}}
 
     return compute

@@ -101,7 +101,8 @@ def rank_main(rank: int, job: dict, conn) -> None:
                     count += 1
                     if rank == 0:
                         conn.send(("batch", k, out))
-            conn.send(("done", {**info, **getattr(run, "info", {})}))
+            peak = {"peak_bytes": torch.cuda.max_memory_allocated(device)} if device.type == "cuda" else {}
+            conn.send(("done", {**info, **getattr(run, "info", {}), **peak}))
         dist.destroy_process_group()
     except BaseException as e:  # noqa: BLE001  (whatever it is, the supervisor reports it in one line)
         try:

@@ -107,11 +107,33 @@ TP_BROKEN_4X = ("gemma2",)
 def check_tp(o: ScoreOptions, config, path: str) -> None:
     from ..models.versions import transformers_version
 
+    if o.tp < 2 or transformers_version() >= (5,):
+        return
+    version = ".".join(map(str, transformers_version()))
     kind = getattr(config, "model_type", None)
-    if o.tp > 1 and kind in TP_BROKEN_4X and transformers_version() < (5,):
-        raise UsageError(f"--tp {o.tp}: {path} is a {kind} model, which transformers "
-                         f"{'.'.join(map(str, transformers_version()))}'s tensor parallelism splits wrongly; use "
-                         "transformers >= 5 for --tp, or --device-map auto")
+    if kind in TP_BROKEN_4X:
+        raise UsageError(f"--tp {o.tp}: {path} is a {kind} model, which transformers {version}'s tensor parallelism "
+                         "splits wrongly; use transformers >= 5 for --tp, or --device-map auto")
+    ints = integer_tensors(path)
+    if ints:  # 4.x makes every loaded tensor a Parameter that requires grad, which an integer one cannot be
+        raise UsageError(f"--tp {o.tp}: {path} holds integer tensors ({', '.join(ints[:2])}), which transformers "
+                         f"{version}'s tensor-parallel loading cannot load; use transformers >= 5 for --tp, or "
+                         "--device-map auto")
+
+
+def integer_tensors(path: str) -> list[str]:
+    """The names of a local folder's safetensors tensors of an integer dtype (beaver's sample count,
+    a BatchNorm's num_batches_tracked), from the headers alone."""
+    from ..models.memory import read_header, safetensors_files
+
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        return []
+    try:
+        return sorted(n for f in safetensors_files(folder) for n, (dtype, _) in read_header(f).items()
+                      if dtype[0] in "IU" or dtype == "BOOL")
+    except (OSError, ValueError):
+        return []  # loading reports an unreadable file itself
 
 
 def check_run(o: ScoreOptions, run) -> None:

@@ -109,3 +109,17 @@ def test_a_second_run_reads_the_stored_config(tmp_path):
     # a config built by the model's own code is never stored
     cfg["auto_map"] = {"AutoConfig": "configuration_x.XConfig"}
     assert not __import__("rmbench_fast.models.config_facts", fromlist=["storable"]).storable(cfg)
+
+
+def test_reading_the_facts_prints_no_deprecation_warnings(capfd):
+    """facts() reads every public property, deprecated ones too (torch_dtype, use_return_dict under
+    transformers 5): a first run's output must not carry their warnings."""
+    import transformers
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.warning_once.cache_clear()  # the warnings are once per process: as in a fresh one
+    config = transformers.LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
+    capfd.readouterr()
+    assert facts(config) is not None
+    err = capfd.readouterr().err
+    assert "deprecated" not in err.lower(), err

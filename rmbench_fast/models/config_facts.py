@@ -41,18 +41,29 @@ def facts(config) -> dict | None:
 def _more(config, attrs: dict) -> dict:
     """The public values the config answers beyond to_dict: properties computed from other fields
     (Falcon's head_dim) and class-level settings, where they are plain JSON."""
+    import logging
+    import warnings
+
     out = {}
-    for name in dir(config):
-        if name.startswith("_") or name in attrs:
-            continue
-        try:
-            value = getattr(config, name)
-            if callable(value) or hasattr(value, "to_dict"):
-                continue
-            json.dumps(value, allow_nan=False)
-        except Exception:  # a property that raises here, or a value that is not JSON: not answered
-            continue
-        out[name] = value
+    hf = logging.getLogger("transformers")  # reading a deprecated property (torch_dtype, use_return_dict) warns
+    level = hf.level
+    hf.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for name in dir(config):
+                if name.startswith("_") or name in attrs:
+                    continue
+                try:
+                    value = getattr(config, name)
+                    if callable(value) or hasattr(value, "to_dict"):
+                        continue
+                    json.dumps(value, allow_nan=False)
+                except Exception:  # a property that raises here, or a value that is not JSON: not answered
+                    continue
+                out[name] = value
+    finally:
+        hf.setLevel(level)
     return out
 
 

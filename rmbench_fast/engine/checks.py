@@ -213,7 +213,8 @@ def check_reference(o: ScoreOptions, run) -> None:
     if ref_vocab != vocab:
         raise UsageError(f"policy and reference vocabularies differ ({vocab} vs {ref_vocab}): they must share one "
                          "tokenizer")
-    if run.ref_tokenizer is not None and run.ref_tokenizer.get_vocab() != run.tokenizer.get_vocab():
+    if run.ref_tokenizer is not None and run.ref_tokenizer is not run.tokenizer and \
+            run.ref_tokenizer.get_vocab() != run.tokenizer.get_vocab():  # (the same files load as the same object)
         raise UsageError(f"policy and reference tokenizers differ ({o.model} vs {o.ref_model}): the reference's "
                          "log-probs must be of the same tokens")
 

@@ -97,7 +97,7 @@ def load_run(o: ScoreOptions, store: Store, reuse: dict | None = None, given: Gi
     else:
         tok_path = tokenizer_folder(o.tokenizer or o.model)
         tok_fp = tokenizer_fingerprint(tok_path, store.hashes)
-        tokenizer = _tokenizer(tok_path, tok_fp, o.trust_remote_code, reuse)
+        tokenizer = _tokenizer(tok_path, tok_fp, o.trust_remote_code, reuse, store, o.chat_template)
     adapter = select(o.model, config, o.adapter) if o.mode in ("auto", "rm") else None
     if adapter is not None and lent is not None:
         raise UsageError(f"model {o.model}: scored through the {adapter.name} adapter, which loads the model its own "
@@ -111,7 +111,7 @@ def load_run(o: ScoreOptions, store: Store, reuse: dict | None = None, given: Gi
         ref_dir = Path(o.ref_model)
         if ref_dir.is_dir() and any((ref_dir / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
             ref_fp = tokenizer_fingerprint(o.ref_model, store.hashes)
-            ref_tokenizer = _tokenizer(o.ref_model, ref_fp, o.trust_remote_code, reuse)
+            ref_tokenizer = _tokenizer(o.ref_model, ref_fp, o.trust_remote_code, reuse, store, o.chat_template)
     return Loaded(target, logprob_impl, samples, config, tok_path, tok_fp, tokenizer, adapter, mode, ref_config, ref_tokenizer,
                   ChatFormat(tokenizer, o.chat_template))
 
@@ -152,14 +152,41 @@ class Prepared:
         return self.target.device
 
 
-def _tokenizer(path: str, fp: str | None, trust_remote_code: bool, reuse: dict):
+def _tokenizer(path: str, fp: str | None, trust_remote_code: bool, reuse: dict, store: Store,
+               chat_template: str | None):
+    """The tokenizer at `path`: loaded once per process for identical files, and from a later run on,
+    while only its facts are read, a StoredTokenizer that loads it on first need (tokenizer_facts)."""
     if fp is None:  # not a local folder of tokenizer files: nothing to key it on
         return load_tokenizer(path, trust_remote_code)
     model_cfg = read_json(Path(path) / "config.json")  # 4.51's class can come from there (tokenizer_loading)
     key = ("tokenizer", fp, trust_remote_code, model_cfg.get("model_type"), model_cfg.get("tokenizer_class"))
     if key not in reuse:
-        reuse[key] = load_tokenizer(path, trust_remote_code)
+        reuse[key] = _stored_tokenizer(path, trust_remote_code, store, chat_template, key)
     return reuse[key]
+
+
+def _stored_tokenizer(path: str, trust_remote_code: bool, store: Store, chat_template: str | None, key: tuple):
+    from ..models.tokenizer_facts import facts, stored_tokenizer
+    from ..store.keys import tokenizer_facts_key
+
+    if not store.enabled:
+        return load_tokenizer(path, trust_remote_code)
+    choice = chat_template
+    if choice is not None and Path(choice).is_file():  # a Jinja file: its text, not its name
+        choice = Path(choice).read_text(encoding="utf-8")
+    fkey = tokenizer_facts_key(*key[1:], choice)
+    got = store.get(fkey)
+    if got is not None:
+        return stored_tokenizer(json.loads(str(got["facts"])), lambda: load_tokenizer(path, trust_remote_code))
+    tokenizer = load_tokenizer(path, trust_remote_code)
+    try:
+        jinja = ChatFormat(tokenizer, chat_template).jinja
+    except UsageError:  # reported by the run itself (load_run's ChatFormat)
+        return tokenizer
+    kept = facts(tokenizer, jinja)
+    if kept is not None:
+        store.put(fkey, {"facts": np.array(json.dumps(kept))})
+    return tokenizer
 
 
 def prepare(o: ScoreOptions, store: Store, reuse: dict | None = None, given: Given | None = None) -> Prepared:

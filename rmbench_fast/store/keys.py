@@ -17,8 +17,6 @@ import hashlib
 import sys
 from importlib import metadata
 
-import transformers as _transformers_at_import
-
 from .code import closure, modules
 from .fingerprints import sha256_text
 
@@ -51,11 +49,23 @@ def library_versions() -> dict:
     import rmbench_fast
 
     triton = _optional_version("triton")
-    # transformers 5 puts a new module object in sys.modules when some model classes load; a
-    # version read (or set) on the object imported earlier must count too
-    seen = dict.fromkeys(m.__version__ for m in (_transformers_at_import, sys.modules["transformers"]))
-    return {"rmbench_fast": rmbench_fast.__version__, "torch": torch.__version__, "transformers": "|".join(seen),
+    return {"rmbench_fast": rmbench_fast.__version__, "torch": torch.__version__, "transformers": _transformers(),
             "tokenizers": tokenizers.__version__, "triton": triton}
+
+
+_SEEN: dict = {}  # the transformers module objects seen, by id
+
+
+def _transformers() -> str:
+    """transformers' version without importing it (a run whose tokenizations and passes are all
+    stored never does): the installed distribution's until it is imported, then its module's.
+    transformers 5 puts a new module object in sys.modules when some model classes load; a version
+    read (or set) on the object imported earlier counts too."""
+    now = sys.modules.get("transformers")
+    if now is None:
+        return metadata.version("transformers")
+    _SEEN.setdefault(id(now), now)
+    return "|".join(dict.fromkeys(m.__version__ for m in _SEEN.values()))
 
 
 def _optional_version(package: str) -> str | None:
@@ -85,6 +95,12 @@ def config_key(config_json: bytes, trust_remote_code: bool) -> str:
     """A config.json's attributes as the installed transformers's class makes them (models.config_facts)."""
     code = code_fingerprint(("rmbench_fast.models.config_facts",))
     return sha256_text("config", code, library_versions(), hashlib.sha256(config_json).hexdigest(), trust_remote_code)
+
+
+def tokenizer_facts_key(tokenizer_fp: str, *parts) -> str:
+    """A tokenizer's facts (models.tokenizer_facts) as the installed libraries load it from those files."""
+    code = code_fingerprint(("rmbench_fast.models.tokenizer_facts", "rmbench_fast.models.tokenizer_loading"))
+    return sha256_text("tokenizer-facts", code, library_versions(), tokenizer_fp, *parts)
 
 
 def pass_key(code_modules: tuple[str, ...], model_fp: str, tokenized: str, gpu: str | None, int8: bool,

@@ -15,6 +15,7 @@ from ..inputs.prefix import PrefixKV
 from ..models.device import local_target
 from ..results.files import write_results
 from ..results.metrics import summarize
+from ..results.metrics import warm as warm_metrics
 from ..store.atomic import atomic_write_json
 from ..store.caching import PassResult, cached_pass
 from ..store.entries import Store
@@ -177,6 +178,7 @@ def score(o: ScoreOptions, store: Store | None = None, hooks=None, reuse: dict |
         done = stored_run(o, store, target, started) if stamp and hooks is None else None
         if done is not None:  # the same run finished into another folder: its files, from the store
             return done
+        warm_metrics()  # numba's import overlaps the loading and the passes
         prep = prepare(o, store, reuse, given)  # given: models lent in memory (engine.lent), never stamped
         passes = {role: model_pass(prep, o, path, role, store, hooks) for role, path in prep.scorer.roles(o)}
         result = finish(prep, o, passes, t_start, store, stamp, started)

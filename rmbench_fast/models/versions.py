@@ -3,7 +3,10 @@ between 4.51 and 5)."""
 
 from __future__ import annotations
 
+import functools
 import re
+import sys
+from importlib import metadata
 
 
 def parse_version(text: str) -> tuple[int, ...]:
@@ -20,6 +23,12 @@ def parse_version(text: str) -> tuple[int, ...]:
 
 
 def transformers_version() -> tuple[int, ...]:
-    import transformers
+    """Its module's version once imported (a test may set it), else the installed distribution's:
+    asking does not import transformers (about 1 s here, which a run whose passes are stored never needs)."""
+    module = sys.modules.get("transformers")
+    return parse_version(module.__version__ if module is not None else _installed())
 
-    return parse_version(transformers.__version__)
+
+@functools.cache
+def _installed() -> str:
+    return metadata.version("transformers")

@@ -62,21 +62,28 @@ def imports(name: str, path: Path, known) -> set[str]:
     return found
 
 
-@functools.lru_cache(maxsize=1)
-def import_graph() -> dict[str, frozenset[str]]:
+@functools.lru_cache(maxsize=None)
+def imports_of(name: str) -> frozenset[str]:
+    """The package modules `name` imports (its source parsed once per process)."""
     known = modules()
-    return {name: frozenset(imports(name, path, known)) for name, path in known.items()}
+    if name not in known:
+        raise KeyError(f"{name} is not a module of {PACKAGE}")
+    return frozenset(imports(name, known[name], known))
+
+
+def import_graph() -> dict[str, frozenset[str]]:
+    return {name: imports_of(name) for name in modules()}
 
 
 def closure(roots) -> list[str]:
-    """`roots` and every package module they import, directly or not, sorted."""
-    graph, seen, todo = import_graph(), set(), list(roots)
+    """`roots` and every package module they import, directly or not, sorted (only those sources
+    are parsed: a key's closure is a part of the package)."""
+    seen, todo = set(), list(roots)
     while todo:
         name = todo.pop()
         if name in seen:
             continue
-        if name not in graph:
-            raise KeyError(f"{name} is not a module of {PACKAGE}")
+        edges = imports_of(name)
         seen.add(name)
-        todo.extend(graph[name] - seen)
+        todo.extend(edges - seen)
     return sorted(seen)

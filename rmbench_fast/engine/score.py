@@ -47,6 +47,7 @@ def _local(prep: Prepared, o: ScoreOptions, model_path: str, lent=None):
     def compute(todo, arrays, on_batch):
         t0 = time.perf_counter()
         model = prefix = None
+        gc.freeze()  # what exists now (the libraries' objects) is not scanned by the collection after the pass
         try:
             plan = pass_plan(prep, o, model_path, todo, lent)  # the memory pre-flight and --device-map's placement
             with model_for_pass(prep.scorer, model_path, lent, prep.dtype, prep.target.compute, o.trust_remote_code,
@@ -64,7 +65,8 @@ def _local(prep: Prepared, o: ScoreOptions, model_path: str, lent=None):
                 return info
         finally:
             model = prefix = None  # free them before the next pass loads
-            gc.collect()
+            gc.collect()  # the model's cycles: 0.18 s over torch's and transformers' objects too, ~0.01 s without
+            gc.unfreeze()
 
     return compute
 

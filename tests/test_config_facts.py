@@ -119,7 +119,12 @@ def test_reading_the_facts_prints_no_deprecation_warnings(capfd):
 
     hf_logging.warning_once.cache_clear()  # the warnings are once per process: as in a fresh one
     config = transformers.LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
+    import warnings
+
     capfd.readouterr()
-    assert facts(config) is not None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert facts(config) is not None
     err = capfd.readouterr().err
     assert "deprecated" not in err.lower(), err
+    assert not [w for w in caught if "deprecat" in str(w.message).lower()]

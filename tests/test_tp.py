@@ -89,3 +89,26 @@ def test_the_preflight_counts_what_each_rank_holds(world):
     estimate = run.run["models"]["model"]["memory"]["estimate"]
     assert estimate["weights_bytes"] == weights and estimate["rank_weights_bytes"] == weights // 2
     assert estimate["fits"] and estimate["tp"] == 2
+
+
+def test_a_rank_that_cannot_load_says_why_in_one_line(world, tmp_path):
+    """Ranks report that they loaded before any work is sent: a checkpoint whose weights do not
+    match its class fails in the ranks, and with more work than a pipe holds (the sequences are sent
+    to every rank) the supervisor reports the rank's own line, not a broken pipe."""
+    import json
+    import shutil
+
+    from conftest import make_item
+    from safetensors.torch import load_file, save_file
+
+    bad = tmp_path / "extra-weight"
+    shutil.copytree(world["rm"], bad)
+    state = load_file(bad / "model.safetensors")
+    state["stray.weight"] = state["score.weight"].clone()
+    save_file(state, bad / "model.safetensors", metadata={"format": "pt"})
+    data = tmp_path / "long.json"
+    data.write_text(json.dumps([make_item(i, "chat", prompt="why " * 600) for i in range(30)]))
+    o = ScoreOptions(model=str(bad), data=str(data), progress=False, dtype="float32", cache=False, tp=2)
+    with pytest.raises(UsageError) as e:
+        score(o)
+    assert "\n" not in str(e.value) and "rank" in str(e.value) and "stray.weight" in str(e.value)

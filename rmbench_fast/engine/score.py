@@ -47,7 +47,11 @@ def _local(prep: Prepared, o: ScoreOptions, model_path: str, lent=None):
     def compute(todo, arrays, on_batch):
         t0 = time.perf_counter()
         model = prefix = None
-        gc.freeze()  # what exists now (the libraries' objects) is not scanned by the collection after the pass
+        # what exists now (the libraries' objects) is not scanned by the collection after the pass; not
+        # around a model lent in memory, nor over a caller's own freeze
+        freeze = lent is None and prep.given is None and gc.get_freeze_count() == 0
+        if freeze:
+            gc.freeze()
         try:
             plan = pass_plan(prep, o, model_path, todo, lent)  # the memory pre-flight and --device-map's placement
             with model_for_pass(prep.scorer, model_path, lent, prep.dtype, prep.target.compute, o.trust_remote_code,
@@ -66,7 +70,8 @@ def _local(prep: Prepared, o: ScoreOptions, model_path: str, lent=None):
         finally:
             model = prefix = None  # free them before the next pass loads
             gc.collect()  # the model's cycles: 0.18 s over torch's and transformers' objects too, ~0.01 s without
-            gc.unfreeze()
+            if freeze:
+                gc.unfreeze()  # what was frozen is collectable again, by the next collection
 
     return compute
 

@@ -56,7 +56,7 @@ class Group:
         n = job["n"]
         if job["backend"] == "nccl" and torch.cuda.device_count() < n:
             raise UsageError(f"--tp {n}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-        self.job, self.n, self.attempt, self.runs = job, n, 0, 0
+        self.job, self.n, self.attempt, self.runs, self.ready = job, n, 0, 0, False
         self.tmp = tempfile.mkdtemp(prefix="rmbench-tp-")
         self.procs: list = []
         self._start()
@@ -79,6 +79,44 @@ class Group:
             p.start()
         for _, b in pairs:
             b.close()
+        self.ready = False
+
+    def _await_ready(self):
+        """Every rank loaded (its ("ready",) message), before any work is sent: a rank that failed to
+        load says why here (a send to it would block on a full pipe, or break)."""
+        waiting = set(range(self.n))
+        while waiting:
+            handles = {self.conns[r]: r for r in waiting} | {self.procs[r].sentinel: r for r in waiting}
+            for h in wait(list(handles)):
+                r = handles[h]
+                if r not in waiting:
+                    continue
+                if h is self.conns[r] or self.conns[r].poll():
+                    try:
+                        msg = self.conns[r].recv()
+                    except EOFError:
+                        msg = None
+                    if msg is not None and msg[0] == "ready":
+                        waiting.discard(r)
+                        continue
+                    if msg is not None and msg[0] == "error":
+                        self._raise_error(r, msg[1])
+                code = self.procs[r].exitcode
+                self._stop()
+                raise RankLost(f"--tp {self.n}: rank {r} ended (exit code {code}) while loading the model")
+        self.ready = True
+
+    def _raise_error(self, r: int, text: str):
+        """Rank r's one-line error, unless another rank was killed first (its peers then fail in a
+        collective with "connection closed": the group was lost, not the input wrong)."""
+        wait([p.sentinel for p in self.procs], timeout=1.0)
+        killed = [k for k, p in enumerate(self.procs) if p.exitcode is not None and p.exitcode < 0]
+        code = self.procs[killed[0]].exitcode if killed else None
+        self._stop()
+        if killed:
+            raise RankLost(f"--tp {self.n}: rank {killed[0]} ended (exit code {code}) in the middle of the pass; "
+                           "the batches finished before are kept: the same command resumes")
+        raise UsageError(f"--tp {self.n}: rank {r} failed: {text}")
 
     def _stop(self):
         """Every rank ended: the others may wait in a collective for one that stopped, so none is asked."""
@@ -138,8 +176,13 @@ class Group:
     def _run(self, seqs, todo, arrays: dict, on_batch) -> tuple[dict, int | None]:
         """Send `todo` to every rank and take rank 0's outputs until every rank is done (rank 0's info,
         None) or one runs out of memory ({}, the index of its batch)."""
-        for c in self.conns:
-            c.send((seqs, todo))
+        if not self.ready:
+            self._await_ready()
+        for r, c in enumerate(self.conns):
+            try:
+                c.send((seqs, todo))
+            except OSError:  # the rank is gone: its message, if it left one, says why
+                self._await_gone(r)
         done: dict = {}
         got: set = set()
         live = {p.sentinel: r for r, p in enumerate(self.procs)}
@@ -185,9 +228,20 @@ class Group:
         elif kind == "oom":
             return msg[1]
         else:
-            self._stop()
-            raise UsageError(f"--tp {self.n}: rank {r} failed: {msg[1]}")
+            self._raise_error(r, msg[1])
         return None
+
+    def _await_gone(self, r: int):
+        try:
+            msg = self.conns[r].recv() if self.conns[r].poll(1.0) else None
+        except (EOFError, OSError):
+            msg = None
+        if msg is not None and msg[0] == "error":
+            self._raise_error(r, msg[1])
+        code = self.procs[r].exitcode
+        self._stop()
+        raise RankLost(f"--tp {self.n}: rank {r} ended (exit code {code}) in the middle of the pass; the batches "
+                       "finished before are kept: the same command resumes")
 
     def _take_finished(self, failed: int, todo, arrays: dict, on_batch, got: set) -> None:
         """Every batch before `failed` from rank 0, which sent each before it began the next: those not

@@ -53,6 +53,18 @@ def _sharded(model) -> int:
     return sum(1 for p in model.parameters() if any(pl.is_shard() for pl in getattr(p, "placements", ())))
 
 
+def _die_with_parent() -> None:
+    """Linux: this rank is killed when its supervisor dies (a Ray actor killed mid-unit), rather than
+    wait in a collective holding its GPU."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def rank_main(rank: int, job: dict, conn) -> None:
     """Join the group, load, then run every (seqs, batches) received on `conn` until None arrives."""
     import torch
@@ -65,6 +77,7 @@ def rank_main(rank: int, job: dict, conn) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(n))
     kill_rank, kill_after = _fault(KILL_ENV)
     oom_rank, oom_at = _fault(OOM_ENV, job["attempt"] == 0)
+    _die_with_parent()
     try:
         if job["backend"] == "gloo":
             torch.set_num_threads(max(1, job["threads"] // n))  # the ranks share the cores
@@ -75,6 +88,7 @@ def rank_main(rank: int, job: dict, conn) -> None:
         if device.type == "cuda":
             torch.cuda.set_device(device)
         model = _load(job, device)
+        conn.send(("ready",))
         info = {"class": type(model).__name__, "load_s": time.perf_counter() - t0, "tp": n,
                 "tp_backend": job["backend"], "tp_sharded_weights": _sharded(model)}
         run = job["scorer"].batch_fn(model, device)

@@ -19,7 +19,7 @@ import json
 
 # the reads a run makes before encoding (engine.prepare, the scorers' pad and BOS choices, the checks)
 ATTRS = ("chat_template", "bos_token", "eos_token", "pad_token", "unk_token", "bos_token_id", "eos_token_id",
-         "pad_token_id", "unk_token_id", "name_or_path", "padding_side", "truncation_side")
+         "pad_token_id", "unk_token_id", "padding_side", "truncation_side")
 PROBE = [{"role": "user", "content": "{prompt}"}, {"role": "assistant", "content": "{response}"}]
 
 
@@ -32,7 +32,7 @@ def facts(tokenizer, jinja: str | None) -> dict | None:
     name, and the probe conversation rendered with `jinja` (the run's template, when it is Jinja)."""
     out = {"class": type(tokenizer).__name__, "attrs": {a: getattr(tokenizer, a, None) for a in ATTRS},
            "renders": {}}
-    if jinja is not None:
+    if jinja is not None and "strftime_now" not in jinja:  # a template that renders today's date: not kept
         try:
             text = tokenizer.apply_chat_template(PROBE, chat_template=jinja, tokenize=False)
         except Exception:  # the run reports a template that does not render; nothing to keep
@@ -74,6 +74,10 @@ class StoredTokenizer:
             if text is not None:
                 return text
         return self.real.apply_chat_template(conversation, chat_template=chat_template, tokenize=tokenize, **kw)
+
+    def __setattr__(self, name, value):  # a change goes to the real tokenizer, and its fact no longer answers
+        self.__dict__["_facts"] = {**self._facts, "attrs": {k: v for k, v in self._facts["attrs"].items() if k != name}}
+        setattr(self.real, name, value)
 
     def __call__(self, *args, **kw):
         return self.real(*args, **kw)

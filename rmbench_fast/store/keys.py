@@ -50,10 +50,15 @@ def library_versions() -> dict:
 
     triton = _optional_version("triton")
     return {"rmbench_fast": rmbench_fast.__version__, "torch": torch.__version__, "transformers": _transformers(),
-            "tokenizers": tokenizers.__version__, "triton": triton}
+            "tokenizers": tokenizers.__version__, "triton": triton, "jinja2": _optional_version("jinja2")}
 
 
 _SEEN: dict = {}  # the transformers module objects seen, by id
+
+
+@functools.lru_cache(maxsize=1)
+def _installed_transformers() -> str:
+    return metadata.version("transformers")
 
 
 def _transformers() -> str:
@@ -61,11 +66,11 @@ def _transformers() -> str:
     stored never does): the installed distribution's until it is imported, then its module's.
     transformers 5 puts a new module object in sys.modules when some model classes load; a version
     read (or set) on the object imported earlier counts too."""
+    installed = _installed_transformers()  # the same whether imported or not
     now = sys.modules.get("transformers")
-    if now is None:
-        return metadata.version("transformers")
-    _SEEN.setdefault(id(now), now)
-    return "|".join(dict.fromkeys(m.__version__ for m in _SEEN.values()))
+    if now is not None:
+        _SEEN.setdefault(id(now), now)
+    return "|".join(dict.fromkeys([installed, *(m.__version__ for m in _SEEN.values())]))
 
 
 def _optional_version(package: str) -> str | None:

@@ -101,21 +101,25 @@ class Group:
                         continue
                     if msg is not None and msg[0] == "error":
                         self._raise_error(r, msg[1])
-                code = self.procs[r].exitcode
-                self._stop()
-                raise RankLost(f"--tp {self.n}: rank {r} ended (exit code {code}) while loading the model")
+                raise self._lost(r, "while loading the model")
         self.ready = True
+
+    def _lost(self, r: int, when: str = "in the middle of the pass") -> RankLost:
+        """Rank r ended without a word (killed, its node lost): every rank is stopped, and the error
+        to raise says what the store kept."""
+        code = self.procs[r].exitcode if self.procs else None
+        self._stop()
+        return RankLost(f"--tp {self.n}: rank {r} ended (exit code {code}) {when}; the batches finished before are "
+                        "kept: the same command resumes")
 
     def _raise_error(self, r: int, text: str):
         """Rank r's one-line error, unless another rank was killed first (its peers then fail in a
         collective with "connection closed": the group was lost, not the input wrong)."""
         wait([p.sentinel for p in self.procs], timeout=1.0)
         killed = [k for k, p in enumerate(self.procs) if p.exitcode is not None and p.exitcode < 0]
-        code = self.procs[killed[0]].exitcode if killed else None
-        self._stop()
         if killed:
-            raise RankLost(f"--tp {self.n}: rank {killed[0]} ended (exit code {code}) in the middle of the pass; "
-                           "the batches finished before are kept: the same command resumes")
+            raise self._lost(killed[0])
+        self._stop()
         raise UsageError(f"--tp {self.n}: rank {r} failed: {text}")
 
     def _stop(self):
@@ -205,10 +209,7 @@ class Group:
                 if ready in live and ready not in readers:  # the process itself ended
                     del live[ready]
                     if r not in done:
-                        code = self.procs[r].exitcode
-                        self._stop()
-                        raise RankLost(f"--tp {self.n}: rank {r} ended (exit code {code}) in the middle of the "
-                                       "pass; the batches finished before are kept: the same command resumes")
+                        raise self._lost(r)
         peaks = {str(r): i["peak_bytes"] for r, i in sorted(done.items()) if i.get("peak_bytes") is not None}
         first = {k: v for k, v in done[0].items() if k != "peak_bytes"}
         return {**first, **({"rank_peak_bytes": peaks} if peaks else {})}, None
@@ -238,10 +239,7 @@ class Group:
             msg = None
         if msg is not None and msg[0] == "error":
             self._raise_error(r, msg[1])
-        code = self.procs[r].exitcode
-        self._stop()
-        raise RankLost(f"--tp {self.n}: rank {r} ended (exit code {code}) in the middle of the pass; the batches "
-                       "finished before are kept: the same command resumes")
+        raise self._lost(r)
 
     def _take_finished(self, failed: int, todo, arrays: dict, on_batch, got: set) -> None:
         """Every batch before `failed` from rank 0, which sent each before it began the next: those not

@@ -52,7 +52,6 @@ from ..engine.options import ScoreOptions
 from ..errors import UsageError
 from ..inputs.data import HUB_DEFAULT
 from ..models.kinds import is_reward_model
-from ..store.fingerprints import TOKENIZER_FILES
 from .steps import (check_distributed, identity, mark_finished, read_back, rng_kept, step_folder, unmark,
                     weights_digest)
 
@@ -87,7 +86,7 @@ def _files_of(tok, trust_remote_code: bool) -> str | None:
 
     name = name_of(tok)
     folder = Path(name).expanduser() if name else None
-    if folder is None or not folder.is_dir() or not any((folder / f).is_file() for f in TOKENIZER_FILES):
+    if folder is None or not folder.is_dir():
         return None
     try:
         files = load_tokenizer(str(folder), trust_remote_code)

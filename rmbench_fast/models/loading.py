@@ -10,6 +10,7 @@ import torch
 from ..errors import UsageError, one_line
 from .placement import Placement, TensorParallel, current, splittable, tp_kwargs
 from .versions import transformers_version
+from .weight_files import check_weights
 
 
 def check_model_path(path: str, what: str = "model") -> None:
@@ -51,9 +52,9 @@ def _stored_config(path: str, trust_remote_code: bool, store):
     key = config_key(data, trust_remote_code)
     got = store.get(key)
     if got is not None:
-        return StoredConfig(json.loads(str(got["facts"])))
+        return StoredConfig(json.loads(str(got["facts"])), path, lambda: _load_config(path, trust_remote_code))
     config = _load_config(path, trust_remote_code)
-    kept = facts(config)
+    kept = facts(config, path)
     if kept is not None:
         store.put(key, {"facts": np.array(json.dumps(kept))})
     return config
@@ -79,19 +80,28 @@ def _load_config(path: str, trust_remote_code: bool):
 
 
 def hub_snapshot(path: str, what: str) -> str:
-    """The local snapshot of a hub id's config, tokenizer files and code (downloaded when online,
-    else the cache). One listing of the repository, which fails at once when the hub cannot be
-    reached (a file-by-file download retries with backoff: 27 s offline)."""
+    """The local snapshot of a hub id's files other than weights: config, the tokenizer's files of
+    whatever format (vocab.txt, *.model, *.tiktoken, ...), code, generation config (downloaded when
+    online, else the cache); the folder's fingerprint covers the same files. One listing of the
+    repository, which fails at once when the hub cannot be reached (a file-by-file download retries
+    with backoff: 27 s offline). Subfolders (other formats' weights, originals) are left out."""
     from huggingface_hub import snapshot_download
 
-    from ..store.fingerprints import TOKENIZER_FILES
+    from ..store.fingerprints import WEIGHT_SUFFIXES
 
     try:
-        return snapshot_download(path, allow_patterns=list(TOKENIZER_FILES) + ["config.json", "*.py"])
+        return snapshot_download(path, ignore_patterns=[f"*{s}" for s in WEIGHT_SUFFIXES] + ["*/*", ".*"])
     except Exception as e:  # offline and not cached, unknown repo, gated, ...
-        raise UsageError(f"{what} {path}: not a local folder, and fetching it from the hub failed "
-                         f"({type(e).__name__}: {one_line(e, 200)}); pass a local folder (a model saved with "
-                         "save_pretrained, or a download of the hub repository)") from None
+        import os
+
+        if os.environ.get("HF_HUB_OFFLINE") not in (None, "", "0"):  # the hub's own text would be cut mid-hint
+            why = "HF_HUB_OFFLINE is set and it is not in the local hub cache"
+        else:
+            text = one_line(e)
+            why = f"{type(e).__name__}: {text if len(text) <= 200 else text[:200].rsplit(' ', 1)[0] + ' ...'}"
+        raise UsageError(f"{what} {path}: not a local folder, and fetching it from the hub failed ({why}); pass a "
+                         "local folder (a model saved with save_pretrained, or a download of the hub repository)"
+                         ) from None
 
 
 def tokenizer_folder(path: str) -> str:
@@ -116,9 +126,6 @@ def load_tokenizer(path: str, trust_remote_code: bool):
     if tok.eos_token_id is None and tok.pad_token_id is None:
         raise UsageError(f"tokenizer {path}: has neither an EOS nor a pad token")
     return tok
-
-
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 
 
 def own_class(cls, path: str):
@@ -156,15 +163,7 @@ def load_model(path: str, mode: str, dtype: torch.dtype, device: torch.device, t
 
     hf_logging.disable_progress_bar()  # our own progress bar reports the work
     cls = model_class or (AutoModelForSequenceClassification if mode == "rm" else AutoModelForCausalLM)
-    local = Path(path)
-    if local.is_dir() and not allow_pickle_weights:
-        names = [p.name for p in local.iterdir()]
-        if not any(n.endswith(".safetensors") for n in names):
-            pickled = [n for n in names if n.endswith(PICKLE_SUFFIXES)]
-            if pickled:
-                raise UsageError(f"model {path}: weights are pickle files ({pickled[0]}), which can run code when "
-                                 "loaded; pass --allow-pickle-weights if you trust them, or convert them to "
-                                 "safetensors")
+    check_weights(path, "model", allow_pickle_weights)
     kw = {"trust_remote_code": trust_remote_code, _dtype_kwarg(): dtype, "output_loading_info": True}
     if attn_implementation is not None:  # else transformers' default for the class and version
         kw["attn_implementation"] = attn_implementation

@@ -1,7 +1,10 @@
 """Fingerprints: what identifies a model, a tokenizer, a data selection, so that cached work is
 reused exactly when the inputs are the same, and never when a file changed.
 
-A model folder's fingerprint hashes its config and every weight file's name, size and content.
+A model folder's fingerprint hashes every file in it: the weight files by name, size and content,
+and every other file by name and content (config, tokenizer files of any format, the model's own
+code, generation_config.json, chat templates, whatever a future format adds: no list of names
+decides what counts). A tokenizer's fingerprint is the same listing without the weights.
 A file's content hash is a sha256 tree: the sha256 of each 64 MiB chunk, computed in parallel
 threads (hashlib releases the GIL; one thread hashes about 1 GiB/s), then one sha256 over the
 file's size and the chunk digests. Content hashes are cached by (path, size, mtime) in a small JSON
@@ -20,11 +23,11 @@ from pathlib import Path
 
 from .atomic import atomic_write_json
 
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+# Weights (and a trainer's optimizer states beside them): named by size and content hash, or without a
+# store by their stat, so that gigabytes are not read on every run. Every other file is content-hashed.
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt", ".msgpack", ".h5")
 CHUNK_BYTES = 64 << 20
 TREE_SCHEME = f"sha256-tree-{CHUNK_BYTES}"  # in every cached entry: entries of another scheme are recomputed
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
-                   "chat_template.json", "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json")
 
 
 def sha256_text(*parts) -> str:
@@ -123,36 +126,46 @@ def local_model_dir(path: str) -> Path | None:
         return None
 
 
+def folder_files(folder: Path) -> tuple[list[Path], list[Path]]:
+    """(weight files, every other file) at the top of a model folder, each sorted by name: the files
+    from_pretrained can read. Hidden files (.gitattributes, editor swap files) are left out."""
+    files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+    weights = [p for p in files if p.name.endswith(WEIGHT_SUFFIXES)]
+    return weights, [p for p in files if not p.name.endswith(WEIGHT_SUFFIXES)]
+
+
+def _other_files(files: list[Path], hashes: HashCache) -> list:
+    return [[p.name, hashes.file_sha256(p)] for p in files]
+
+
 def model_fingerprint(path: str, hashes: HashCache, content: bool = True) -> dict:
-    """{"sha256", "path", "files"}: config content plus each weight file's name, size and content
-    hash. Without `content` (no store on disk: results live in this process only) the weights are
-    not read: sha256 is None, "weights_hashed" False, and "stat_key" hashes each weight file's
-    path, device, inode, size, mtime and ctime instead. Both None when the files cannot be found
-    locally (nothing is then cached)."""
+    """{"sha256", "path", "files"}: every non-weight file's name and content hash, plus each weight
+    file's name, size and content hash. Without `content` (no store on disk: results live in this
+    process only) the weights are not read: sha256 is None, "weights_hashed" False, and "stat_key"
+    hashes the other files' contents and each weight file's path, device, inode, size, mtime and
+    ctime instead. Both None when the files cannot be found locally (nothing is then cached)."""
     folder = local_model_dir(path)
     if folder is None:
         return {"path": path, "sha256": None, "files": []}
-    # weights, shard indexes, and the model's own code (remote-code models compute with it)
-    files = sorted(p for p in folder.iterdir() if p.is_file() and (p.name.endswith(WEIGHT_SUFFIXES + (".py",))
-                                                                     or p.name.endswith(".index.json")))
-    cfg = folder / "config.json"
-    config = json.loads(cfg.read_text()) if cfg.is_file() else None
+    weights, others = folder_files(folder)
+    listing = _other_files(others, hashes)
     if not content:
-        stats = [(p, p.stat()) for p in files]
+        stats = [(p, p.stat()) for p in weights]
         stamps = [[str(p.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
                   for p, st in stats]
-        return {"path": str(folder.resolve()), "sha256": None, "stat_key": sha256_text("stat", config, stamps),
-                "files": [p.name for p in files], "weights_hashed": False}
-    listing = [[p.name, p.stat().st_size, hashes.file_sha256(p)] for p in files]
-    return {"path": str(folder.resolve()), "sha256": sha256_text(config, listing), "files": [f[0] for f in listing]}
+        return {"path": str(folder.resolve()), "sha256": None, "stat_key": sha256_text("stat", listing, stamps),
+                "files": [p.name for p in weights], "weights_hashed": False}
+    weighed = [[p.name, p.stat().st_size, hashes.file_sha256(p)] for p in weights]
+    return {"path": str(folder.resolve()), "sha256": sha256_text(listing, weighed), "files": [p.name for p in weights]}
 
 
 def tokenizer_fingerprint(path: str, hashes: HashCache) -> str | None:
+    """Every non-weight file of the folder, by name and content: whichever of them a tokenizer class
+    reads (vocab.txt, *.model, *.tiktoken, its own tokenization_*.py, ...), an edit changes this."""
     folder = local_model_dir(path)
     if folder is None:
         return None
-    listing = [[name, hashes.file_sha256(folder / name)] for name in TOKENIZER_FILES if (folder / name).is_file()]
-    return sha256_text(listing)
+    return sha256_text("files", _other_files(folder_files(folder)[1], hashes))
 
 
 def data_fingerprint(samples) -> str:

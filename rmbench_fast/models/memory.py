@@ -25,14 +25,13 @@ with glibc's caches and the interpreter, too much to compare on tiny models).
 
 from __future__ import annotations
 
-import json
 import re
-import struct
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from .versions import transformers_version
+from .weight_files import read_header, safetensors_files
 
 SAFETENSORS_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I64": 8, "I32": 4,
                      "I16": 2, "I8": 1, "U8": 1, "BOOL": 1, "U16": 2, "U32": 4, "U64": 8}
@@ -53,25 +52,6 @@ class Weights:
 
     def describe(self) -> dict:
         return {"bytes": self.bytes, "params": self.params, "largest_block": self.largest_block, "source": self.source}
-
-
-def safetensors_files(folder: Path) -> list[Path]:
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        names = sorted(set(json.loads(index.read_text()).get("weight_map", {}).values()))
-        return [folder / n for n in names]
-    return sorted(folder.glob("*.safetensors"))
-
-
-def read_header(file: Path) -> dict:
-    """{name: (dtype, shape)} of a safetensors file, from its header alone."""
-    with open(file, "rb") as fh:
-        head = fh.read(8)
-        (size,) = struct.unpack("<Q", head) if len(head) == 8 else (-1,)
-        if not 0 < size <= file.stat().st_size - 8:
-            raise ValueError(f"{file.name} is not a safetensors file (a git-lfs pointer, or cut short?)")
-        meta = json.loads(fh.read(size))
-    return {k: (v["dtype"], v["shape"]) for k, v in meta.items() if k != "__metadata__"}
 
 
 def tensor_bytes(name: str, dtype: str, shape, size: int, int8: bool) -> tuple[int, int]:
@@ -125,8 +105,8 @@ def model_weights(path: str, config, mode: str, size: int, int8: bool = False) -
         found = weights_from_files(folder, size, int8)
         if found is not None:
             return found
-    if getattr(config, "stored", False):
-        return None
+    if getattr(config, "stored", False):  # the meta-device build needs the config class: the real config
+        config = config.real
     return weights_from_config(config, mode, size)
 
 

@@ -115,3 +115,50 @@ def test_sweep_reuses_what_score_stored(opts, tmp_path):
     found = find_checkpoints((opts.model,))
     result = run_sweep(replace(opts, model=None), found, str(tmp_path / "sweep"), plots=False, echo=lambda *a: None)
     assert result["model_passes_computed"] == 0 and result["model_passes_cached"] == 2
+
+
+def _dist(tmp_path, version, editable=False, record=True):
+    """A distribution 'fakelib' whose package lies in tmp_path/src (found with find_spec, not imported)."""
+    import json
+    from importlib.metadata import PathDistribution
+
+    pkg = tmp_path / "src" / "fakelib"
+    pkg.mkdir(parents=True, exist_ok=True)
+    (pkg / "__init__.py").write_text("X = 1\n")
+    info = tmp_path / "site" / f"fakelib-{version}.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: fakelib\nVersion: {version}\n")
+    (info / "top_level.txt").write_text("fakelib\n")
+    if editable:
+        (info / "direct_url.json").write_text(json.dumps({"url": "file:///src", "dir_info": {"editable": True}}))
+    if record:
+        (info / "RECORD").write_text("fakelib/__init__.py,sha256=abc,6\n")
+    return PathDistribution(info), pkg, info
+
+
+def test_a_development_install_is_named_by_its_sources(tmp_path, monkeypatch):
+    from rmbench_fast.store.installs import distribution_sources
+
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))
+    release, _, _ = _dist(tmp_path / "a", "1.0")
+    assert distribution_sources(release) is None  # a release: its version names it
+    editable, pkg, _ = _dist(tmp_path / "b", "1.0", editable=True)
+    monkeypatch.syspath_prepend(str(tmp_path / "b" / "src"))
+    first = distribution_sources(editable)
+    assert first.startswith("sources:")
+    (pkg / "__init__.py").write_text("X = 2\n")  # an edit that keeps the version
+    assert distribution_sources(editable) not in (first, None)
+    built, _, info = _dist(tmp_path / "c", "1.1.dev0")  # a wheel built from a checkout: its RECORD's hashes
+    rec = distribution_sources(built)
+    assert rec.startswith("record:")
+    (info / "RECORD").write_text("fakelib/__init__.py,sha256=def,6\n")
+    assert distribution_sources(built) != rec
+    no_record, _, _ = _dist(tmp_path / "d", "1.0", record=False)  # a plain setup.py develop: no RECORD
+    assert distribution_sources(no_record).startswith("sources:")
+
+
+def test_store_keys_name_a_development_transformers(monkeypatch):
+    before = keys.tokenized_key(("rmbench_fast.scorers.rm",), "tok")
+    monkeypatch.setattr(keys, "install_sources", lambda name: "sources:abc" if name == "transformers" else None)
+    assert keys.library_versions()["transformers_sources"] == "sources:abc"
+    assert keys.tokenized_key(("rmbench_fast.scorers.rm",), "tok") != before

@@ -59,6 +59,12 @@ def _versions() -> dict:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             out[name] = None
+    from ..store.installs import install_sources
+
+    for name in ("torch", "transformers", "tokenizers"):  # a development install: its sources, as store keys do
+        built = install_sources(name)
+        if built is not None:
+            out[f"{name}_sources"] = built
     return out
 
 

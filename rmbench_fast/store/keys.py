@@ -7,7 +7,8 @@ name for CUDA passes, since two GPU models give different last bits). The code i
 the modules a key's computation starts from (the scorer's, for instance) and of every module they
 import (store.code's graph), so an edit elsewhere (the command line, plots, another family's
 scorer) keeps every stored entry, and an editable install under development never reuses an entry
-across an edit that could change it. Nothing here is a hand-bumped tag or a hand-kept list.
+across an edit that could change it; the same holds for torch, transformers and tokenizers installed
+for development (install_sources). Nothing here is a hand-bumped tag or a hand-kept list.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from importlib import metadata
 
 from .code import closure, modules
 from .fingerprints import sha256_text
+from .installs import install_sources
 
 # Where each key's computation starts, besides the scorer's own modules (Scorer.code_modules):
 # tokenization renders texts through the chat format; a pass runs the batch loop.
@@ -49,8 +51,13 @@ def library_versions() -> dict:
     import rmbench_fast
 
     triton = _optional_version("triton")
-    return {"rmbench_fast": rmbench_fast.__version__, "torch": torch.__version__, "transformers": _transformers(),
-            "tokenizers": tokenizers.__version__, "triton": triton, "jinja2": _optional_version("jinja2")}
+    out = {"rmbench_fast": rmbench_fast.__version__, "torch": torch.__version__, "transformers": _transformers(),
+           "tokenizers": tokenizers.__version__, "triton": triton, "jinja2": _optional_version("jinja2")}
+    for name in ("torch", "transformers", "tokenizers"):
+        built = install_sources(name)
+        if built is not None:  # an editable or development install: its version does not name its code
+            out[f"{name}_sources"] = built
+    return out
 
 
 _SEEN: dict = {}  # the transformers module objects seen, by id

@@ -18,7 +18,7 @@ from rmbench_fast.engine.prepare import prepare
 from rmbench_fast.engine.preflight import preflight
 from rmbench_fast.engine.score import score
 from rmbench_fast.errors import UsageError
-from rmbench_fast.models.memory import read_header, safetensors_files
+from rmbench_fast.models.weight_files import read_header, safetensors_files
 from rmbench_fast.store.entries import Store
 
 WORDS = "the model reads a long answer about sorting lists in python with care and many small steps".split()

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import functools
 import json
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UsageError, one_line
+from ..models.weight_files import read_header, safetensors_files
 
 
 class OutOfScope(UsageError):
@@ -64,14 +64,6 @@ def weight_names(path) -> frozenset[str]:
     try:
         if index.is_file():
             return frozenset(json.loads(index.read_text()).get("weight_map", {}))
-        names = set()
-        for f in sorted(folder.glob("*.safetensors")):
-            with open(f, "rb") as fh:
-                head = fh.read(8)
-                (size,) = struct.unpack("<Q", head) if len(head) == 8 else (-1,)
-                if not 0 < size <= f.stat().st_size - 8:
-                    raise ValueError(f"{f.name} is not a safetensors file (a git-lfs pointer, or cut short?)")
-                names |= set(json.loads(fh.read(size))) - {"__metadata__"}
-        return frozenset(names)
+        return frozenset(n for f in safetensors_files(folder) for n in read_header(f))
     except (ValueError, OSError) as e:  # JSONDecodeError is a ValueError
         raise UsageError(f"model {path}: cannot read its weight names ({one_line(e, 200)})") from None

@@ -124,7 +124,7 @@ def check_tp(o: ScoreOptions, config, path: str) -> None:
 def integer_tensors(path: str) -> list[str]:
     """The names of a local folder's safetensors tensors of an integer dtype (beaver's sample count,
     a BatchNorm's num_batches_tracked), from the headers alone."""
-    from ..models.memory import read_header, safetensors_files
+    from ..models.weight_files import read_header, safetensors_files
 
     folder = Path(path).expanduser()
     if not folder.is_dir():

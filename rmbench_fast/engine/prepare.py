@@ -28,6 +28,7 @@ from ..models.loading import load_config, load_tokenizer, tokenizer_folder
 from ..models.precision import Precision
 from ..models.precision import choose as choose_precision
 from ..models.tokenizer_loading import read_json
+from ..models.weight_files import check_weights
 from ..scorers import Scorer, make_scorer
 from ..store.entries import Store
 from ..store.fingerprints import data_fingerprint, tokenizer_fingerprint
@@ -91,6 +92,9 @@ def load_run(o: ScoreOptions, store: Store, reuse: dict | None = None, given: Gi
     given = given or Given({})
     lent, lent_ref = given.model("model"), given.model("ref_model")
     config = config_of(lent) if lent is not None else load_config(o.model, o.trust_remote_code, store)
+    for role, path, held in (("model", o.model, lent), ("reference", o.ref_model, lent_ref)):
+        if path and held is None:  # a pointer or a cut file: one line now, not a traceback from the pre-flight
+            check_weights(path, role, o.allow_pickle_weights)
     if given.tokenizer is not None:  # used as it is: no files to fingerprint, nothing of it stored
         tokenizer, tok_fp = given.tokenizer, None
         tok_path = name_of(tokenizer) or f"<{type(tokenizer).__name__} in memory>"

@@ -222,3 +222,65 @@ def test_an_eager_config_gets_the_same_preflight_from_stored_facts(trust, tmp_pa
     assert first["attention"] == "eager"
     free = ("available",)  # the machine's free memory at the time
     assert {k: v for k, v in second.items() if k not in free} == {k: v for k, v in first.items() if k not in free}
+
+
+@pytest.mark.parametrize("case", ["rm", "policy", "slow-tokenizer", "sentencepiece", "adapter"])
+def test_every_read_of_a_run_is_answered_as_the_real_objects_do(trust, tmp_path, monkeypatch, case):
+    """A first run with the real config and tokenizer records every attribute the package reads of
+    them (their classes' __getattribute__, not a hand list); stored facts of the same objects must
+    answer each of those reads as the real objects do."""
+    from test_config_facts import answer
+    from transformers import PretrainedConfig
+    from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+
+    from rmbench_fast.engine import prepare as prepare_mod
+    from rmbench_fast.inputs.templates import ChatFormat
+    from rmbench_fast.models import loading
+    from rmbench_fast.models.config_facts import StoredConfig, facts
+    from rmbench_fast.models.tokenizer_facts import facts as tokenizer_facts
+    from rmbench_fast.models.tokenizer_facts import stored_tokenizer
+
+    watched, reads = {}, {}
+
+    def recorder(cls):
+        plain = cls.__getattribute__
+
+        def read(self, name):
+            kind = watched.get(id(self))
+            if kind is not None and not name.startswith("__"):
+                reads.setdefault(kind, set()).add(name)
+            return plain(self, name)
+        monkeypatch.setattr(cls, "__getattribute__", read)
+
+    objects = {}
+
+    def watch(kind, load):
+        def loaded(path, *a, **kw):
+            obj = load(path, *a, **kw)
+            objects[kind] = (obj, str(path))
+            watched[id(obj)] = kind
+            if kind == "config" and hasattr(obj, "get_text_config"):
+                watched.setdefault(id(obj.get_text_config()), "text config")
+            return obj
+        return loaded
+
+    monkeypatch.setattr(loading, "_load_config", watch("config", loading._load_config))
+    monkeypatch.setattr(prepare_mod, "load_tokenizer", watch("tokenizer", prepare_mod.load_tokenizer))
+    recorder(PretrainedConfig)
+    recorder(PreTrainedTokenizerBase)
+    models, _, _ = _case(trust, case, tmp_path / "built")
+    # without a store: no facts are taken, so what is recorded is what the run itself reads
+    score(ScoreOptions(data=trust["data"], progress=False, dtype="float32", bootstrap=0, cache=False, **models))
+    monkeypatch.undo()
+    assert reads.get("config") and reads.get("tokenizer"), reads.keys()
+    config, path = objects["config"]
+    stored = StoredConfig(json.loads(json.dumps(facts(config, path))), path, lambda: config)
+    wrong = [f"config.{n}" for n in sorted(reads["config"]) if answer(stored, n) != answer(config, n)]
+    text = stored.get_text_config()
+    wrong += [f"text_config.{n}" for n in sorted(reads.get("text config", ()))
+              if answer(text, n) != answer(config.get_text_config(), n)]
+    tok, tok_path = objects["tokenizer"]
+    jinja = ChatFormat(tok, None).jinja
+    kept = stored_tokenizer(json.loads(json.dumps(tokenizer_facts(tok, jinja))), lambda: tok)
+    wrong += [f"tokenizer.{n}" for n in sorted(reads["tokenizer"]) if answer(kept, n) != answer(tok, n)]
+    assert not wrong, wrong

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import json
 
+from .kinds import text_config
+
 
 DTYPE, TUPLE = "__torch_dtype__", "__tuple__"  # how a torch.dtype and a tuple are kept: {DTYPE: "float32"}
 
@@ -69,7 +71,7 @@ def _facts(config, path: str | None) -> dict:
             values[name] = kept
     out = {"class": type(config).__name__, "attrs": config.to_dict(), "values": values, "at_path": at_path,
            "real": real, "attribute_map": dict(getattr(config, "attribute_map", {}) or {})}
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    text = text_config(config)
     if text is not config:
         out["text"] = _facts(text, path)
     return out

@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from .kinds import text_config
 from .versions import transformers_version
 from .weight_files import read_header, safetensors_files
 
@@ -123,7 +124,7 @@ class Shape:
 
     @staticmethod
     def of(config, attn: str | None = None) -> Shape:
-        c = config.get_text_config() if hasattr(config, "get_text_config") else config
+        c = text_config(config)
         d = int(_first(c, ("hidden_size", "n_embd", "d_model"), 0))
         heads = int(_first(c, ("num_attention_heads", "n_head"), 1) or 1)
         kv = int(_first(c, ("num_key_value_heads",), heads) or heads)

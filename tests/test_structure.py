@@ -127,3 +127,29 @@ def test_the_command_line_imports_no_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     n, loaded = out.split(" ", 1)
     assert int(n) >= 10 and loaded.strip() == "[]", out
+
+
+def test_the_kernels_folder_never_stands_for_hugging_faces_kernels():
+    """A Python started in the checkout's root finds kernels/ as a top-level `kernels`, the name of
+    Hugging Face's package that transformers imports with itself: the real package is what it gets
+    (transformers >= 5.25 failed to import: "cannot import name 'CUDAProperties'"), and where no such
+    package is installed, the import fails as for any missing module."""
+    import subprocess
+    import sys
+
+    def run(code):
+        return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+
+    out = run("import sys, importlib.util, os; print(os.getcwd() in map(os.path.abspath, sys.path)); "
+              "real = importlib.util.find_spec('kernels', None) is not None and 'site-packages' in "
+              "str(importlib.machinery.PathFinder.find_spec('kernels', [p for p in sys.path if 'site-packages' in p]))\n"
+              "import kernels; print(real, os.path.dirname(os.path.realpath(kernels.__file__)))")
+    assert out.returncode == 0, out.stderr
+    on_path, real, folder = out.stdout.split()
+    assert on_path == "True"  # the checkout is on the path: the case this test is about
+    assert folder != str(ROOT / "kernels") and (real == "False" or "site-packages" in folder), out.stdout
+    missing = run("import sys; sys.path[:] = [p for p in sys.path if 'site-packages' not in p]; import kernels")
+    assert missing.returncode != 0 and "ModuleNotFoundError: No module named 'kernels'" in missing.stderr, missing.stderr
+    assert "rmbench_fast.kernels" in missing.stderr
+    if real == "True":
+        assert run("import transformers.integrations.hub_kernels").returncode == 0

@@ -6,6 +6,7 @@ by content, so each request fails its own first N attempts):
 
     !429xN[:S]  429 with Retry-After: S (default 0) for the first N attempts
     !500xN      500 for the first N attempts (N large: always)
+    !503xN[:S]  503 with Retry-After: S (default none) for the first N attempts
     !dropxN     close the connection without an answer
     !sleepxN:S  sleep S seconds before answering (past the client's timeout)
     !badjsonxN  200 with a truncated JSON body
@@ -13,7 +14,8 @@ by content, so each request fails its own first N attempts):
     !leak[:S]   always status S (default 500) whose message echoes the Authorization header it got
     !reasoning  the message carries reasoning_content besides the content
 
-With `reply` (the request's body -> text) it answers by that rule instead: a judge whose verdicts are known.
+With `reply` (the request's body -> text, or (text, finish_reason)) it answers by that rule instead: a judge
+whose verdicts are known.
 GET /v1/models lists one model with a `created` that changes every call (as vLLM's does). With
 `api_key` set, a request without "Authorization: Bearer <api_key>" gets a 401 that echoes the header
 it got (as real servers echo a wrong key). It counts attempts per content, keeps each content's last
@@ -34,9 +36,9 @@ import threading
 import time
 from collections import Counter
 
-DIRECTIVE = re.compile(r"!(429|500|drop|sleep|badjson|400|leak|reasoning)(?:x(\d+))?(?::([\d.]+))?")
+DIRECTIVE = re.compile(r"!(429|500|503|drop|sleep|badjson|400|leak|reasoning)(?:x(\d+))?(?::([\d.]+))?")
 REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 429: "Too Many Requests",
-           500: "Internal Server Error"}
+           500: "Internal Server Error", 503: "Service Unavailable"}
 
 
 class ScriptedServer:
@@ -71,6 +73,8 @@ class ScriptedServer:
                 return 429, {"Retry-After": arg or "0"}, _err("Rate limit reached, slow down")
             if what == "500":
                 return 500, {}, _err("Internal error\n  Traceback: boom")
+            if what == "503":
+                return 503, {"Retry-After": arg} if arg else {}, _err("Service is loading, try again")
             if what == "drop":
                 return ("drop",)
             if what == "sleep":
@@ -80,12 +84,14 @@ class ScriptedServer:
         return 200, {}, self._answer(body, content)
 
     def _answer(self, body: dict, content: str) -> bytes:
-        msg = {"role": "assistant", "content": "A:" + content if self.reply is None else self.reply(body)}
+        text = "A:" + content if self.reply is None else self.reply(body)
+        text, finish = text if isinstance(text, tuple) else (text, "stop")
+        msg = {"role": "assistant", "content": text}
         if "!reasoning" in content:
             msg["reasoning_content"] = "thinking about " + content
         return json.dumps({"id": "c", "object": "chat.completion", "created": int(time.time()),
                            "model": body.get("model"),
-                           "choices": [{"index": 0, "message": msg, "finish_reason": "stop"}],
+                           "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
                            "usage": {"prompt_tokens": len(content), "completion_tokens": len(content) + 2,
                                      "total_tokens": 2 * len(content) + 2}}).encode()
 

@@ -268,26 +268,42 @@ def test_logit_verdicts_against_a_plain_forward(tmp_path, data_path, share):
 
 
 def test_samples_are_seeded_and_averaged(server, data_path, tmp_path):
-    """--samples 3 at a temperature: three requests per ask, seeds seed*1000 + k; the test judge
-    answers the other way for odd seeds, so every decided cell is the mean of 2/3 and 1/3."""
+    """--samples 3 at a temperature: three requests per ask, each seeded from the request itself; the
+    test judge answers the other way for odd seeds it receives, so each cell is the mean of the rule's
+    verdicts under the seeds judgements.jsonl records. Different prompts at the same sample index have different seeds,
+    and a rerun sends every request with the seed it had."""
     run = judge(options(server, data_path, tmp_path / "a", tmp_path / "store", samples=3, temperature=0.7))
     samples = load_dataset(data_path, limit=2)
     assert run.run["requests"] == len(samples) * 18 * 3
-    seeds = sorted({json.loads(x)["sampling"]["seed"] for x in (tmp_path / "a" / "judgements.jsonl").read_text().splitlines()})
-    assert seeds == [0, 1, 2]
+    lines = [json.loads(x) for x in (tmp_path / "a" / "judgements.jsonl").read_text().splitlines()]
+    seed_of = {(x["prompt"], x["chosen"], x["rejected"], x["order"], x["sample"]): x["sampling"]["seed"] for x in lines}
+    assert len(seed_of) == len(lines) == len(set(seed_of.values()))  # no two requests share a seed
+    for k in range(3):  # the same sample index: one seed per prompt, not one per index
+        assert len({seed_of[(s.name, 0, 0, "chosen_first", k)] for s in samples}) == len(samples)
+    assert all(0 <= v < 2 ** 31 for v in seed_of.values())
     want = np.zeros((len(samples), 3, 3))
     for p, s in enumerate(samples):
         for i in range(3):
             for j in range(3):
                 vals = []
-                for a, b, chosen in ((s.chosen[i], s.rejected[j], "A"), (s.rejected[j], s.chosen[i], "B")):
-                    for seed in (0, 1, 2):
+                for a, b, chosen, order in ((s.chosen[i], s.rejected[j], "A", "chosen_first"),
+                                            (s.rejected[j], s.chosen[i], "B", "rejected_first")):
+                    for k in range(3):
                         w = rule(a, b)
-                        if w in ("A", "B") and seed % 2:
+                        if w in ("A", "B") and seed_of[(s.name, i, j, order, k)] % 2:
                             w = "B" if w == "A" else "A"
                         vals.append(0.0 if w in (None, "tie") else float(w == chosen))
                 want[p, i, j] = np.mean(vals)
     assert np.allclose(run.cells, want, atol=1e-12)
+    assert 0 < sum(v % 2 for v in seed_of.values()) < len(seed_of)  # both kinds of seed: the flip is exercised
+    again = judge(options(server, data_path, tmp_path / "b", tmp_path / "other-store", samples=3, temperature=0.7))
+    assert again.run["generated"]["requests"] == again.run["requests"]  # asked again, not read back
+    lines = [json.loads(x) for x in (tmp_path / "b" / "judgements.jsonl").read_text().splitlines()]
+    assert {(x["prompt"], x["chosen"], x["rejected"], x["order"], x["sample"]): x["sampling"]["seed"]
+            for x in lines} == seed_of
+    assert np.array_equal(again.cells, run.cells)
+    other = judge(options(server, data_path, tmp_path / "c", tmp_path / "store", samples=3, temperature=0.7, seed=1))
+    assert other.run["from_store"] == 0  # another --seed: other seeds for every request
 
 
 def test_failed_requests_stop_the_run_unless_counted(server, tmp_path):

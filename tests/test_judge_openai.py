@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -143,14 +144,79 @@ def test_server_gone_and_back(server):
     restarted[0].stop()
 
 
-def test_connection_refused_one_line(monkeypatch):
+def closed_port() -> int:
+    """A loopback port nothing listens on: bound, then closed again."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed again: nothing listens there
-    b = OpenAIBackend(f"http://127.0.0.1:{port}/v1", "m", max_retries=1, **FAST)
-    with pytest.raises(BackendError, match=rf"^POST http://127.0.0.1:{port}/v1/chat/completions: "
-                                           r"connection failed \(ConnectError: .*\) \(after 2 attempts\)$"):
+        return s.getsockname()[1]
+
+
+def test_no_server_fails_fast_in_one_line():
+    """A refused connection before the server ever answered is not retried (the defaults would take
+    about 50 s): one line naming the URL and how to start a server, within 5 s, from the first probe
+    (describe: GET /models) or from generate()."""
+    port = closed_port()
+    url = f"http://127.0.0.1:{port}/v1"
+    for call in (lambda b: b.describe(), lambda b: b.generate([req("x")], lambda r, c: None)):
+        b = OpenAIBackend(url, "judge-test")  # the default retries and backoff
+        t0 = time.monotonic()
+        with pytest.raises(BackendError) as e:
+            call(b)
+        assert time.monotonic() - t0 < 5
+        msg = e.value.one_line()
+        assert msg == str(e.value) and "\n" not in msg
+        assert msg.startswith(f"--base-url {url}: no server answers there (ConnectError")
+        for how in (f"`vllm serve judge-test --port {port}`", "sglang.launch_server", f"`transformers serve judge-test --port {port}`"):
+            assert how in msg, how
+
+
+def test_no_server_through_the_command_line(data_path):
+    """The judge command at a closed port: exit status 2 and the one line, within 5 s, the password
+    of the URL in neither."""
+    from click.testing import CliRunner
+
+    from rmbench_fast.cli.main import main
+
+    port = closed_port()
+    t0 = time.monotonic()
+    out = CliRunner().invoke(main, ["judge", "--model", "judge-test", "--base-url",
+                                    f"http://user:pw-secret@127.0.0.1:{port}/v1", "--data", data_path, "--limit", "1",
+                                    "--no-cache", "-q"])
+    assert time.monotonic() - t0 < 5
+    assert out.exit_code == 2
+    lines = out.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"rmbench-fast: error: --base-url http://127.0.0.1:{port}/v1: "
+                                                   "no server answers there"), out.output
+    assert "vllm serve" in lines[0] and "pw-secret" not in out.output
+
+
+def test_a_server_gone_after_answering_is_retried(server):
+    """Refused connections of a server that answered before are retried, up to --max-retries."""
+    b = backend(server, max_retries=1)
+    run(b, [req("first")])
+    server.stop()
+    with pytest.raises(BackendError, match=rf"^POST {server.url}/chat/completions: connection failed "
+                                           r"\(ConnectError: .*\) \(after 2 attempts\)$"):
         b.generate([req("x")], lambda r, c: None)
+
+
+def test_retrying_is_said_after_two_seconds(server, caplog):
+    """503s with Retry-After 1: the retries wait for it and the request is answered; once a request
+    has retried for 2 s a line says so ("retrying (n/7): HTTP 503 from URL (message)"), none before."""
+    caplog.set_level(logging.WARNING, logger="rmbench_fast")
+    t0 = time.monotonic()
+    got, _ = run(backend(server, max_retries=6), [req("busy !503x4:1"), req("briefly !503x1")])
+    assert time.monotonic() - t0 >= 4.0
+    out = dict(got)
+    assert out["busy !503x4:1"].attempts == 5 and out["busy !503x4:1"].text == "A:busy !503x4:1"
+    assert out["briefly !503x1"].attempts == 2
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("retrying")]
+    shape = re.compile(rf"retrying \((\d)/7\): HTTP 503 from {re.escape(server.url)}/chat/completions "
+                       r"\(Service is loading, try again\)")
+    assert lines and all(shape.fullmatch(x) for x in lines), lines
+    # failures at about 0, 1, 2 and 3 s: the first line comes at the third (the 4th attempt next), and
+    # at most one line every 2 s
+    assert int(shape.fullmatch(lines[0]).group(1)) >= 4 and len(lines) <= 2
 
 
 def test_on_done_error_stops_the_run(server):

@@ -78,7 +78,13 @@ from ..judges.options import BACKENDS, ORDERS, VERDICTS, JudgeOptions, default
 @click.option("--no-cache", is_flag=True, help="Keep generations in memory only (no resume).")
 @click.option("--failed-as-invalid", is_flag=True, help="Count requests the server refused for good (a 400: prompt "
               "too long, say) as answers without a verdict (--invalid) instead of stopping without results.")
-@click.option("--overwrite", is_flag=True, help="Replace another run's results in the output folder.")
+@click.option("--max-invalid", "max_invalid", type=click.FloatRange(0, 1), default=None, metavar="RATE",
+              help="Fail (exit status 2, nothing written) when a domain's share of answers without a verdict (cut "
+                   "at --max-tokens, no verdict found, failed or refused: each counts as --invalid) is above RATE, "
+                   "e.g. 0.05 [default: no limit; above 0.05 a warning names the most common cause].")
+@click.option("--overwrite", is_flag=True, help="Replace another run's results in the output folder (a rerun that "
+              "changes only --tie, --invalid, --verdict-regex or a --seed that draws only --invalid coins re-parses "
+              "the stored answers into its own folder without it).")
 @click.option("--bootstrap", type=click.IntRange(min=0), default=default("bootstrap"), show_default=True,
               help="Resamples of the prompts for the 95% intervals of every summary number (0: none).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
@@ -93,6 +99,7 @@ def judge(no_cache, quiet, domains, **kw):
     `rmbench-fast plot` read the output folder as they read a score run's.
     """
     from ..judges.run import judge as run_judge
+    from ..judges.validity import table_lines
     from ..results.describe import about_line, run_facts
     from ..results.metrics import format_table
 
@@ -101,19 +108,26 @@ def judge(no_cache, quiet, domains, **kw):
     run = result.run
     click.echo(format_table(result.summary, about_line(run_facts(run))))
     if run.get("verdict") == "logits":
-        pb = run["position_bias"]["first_shown_wins"]
         speed = f"{run['tokens_per_s']:,.0f} tokens/s" if run["tokens_per_s"] else "from the result store"
         click.echo(f"\n{run['asks']} logit verdicts, {run['tokens']['prompt']:,} prompt tokens ({speed}); "
-                   f"first-shown wins {'-' if pb is None else f'{100 * pb:.1f}%'}")
+                   f"{position_bias(run)}")
         return
+    click.echo("\n" + "\n".join(table_lines(run, run["invalid_rule"])))
     gen = run["generated"]
-    inv = ", ".join(f"{d} {100 * r:.1f}%" for d, r in run["invalid_rate"].items())
-    pb = run["position_bias"]["first_shown_wins"]
-    agree = run["order_agreement"]["rate"]
+    agree = run["order_agreement"]
     click.echo(f"\n{run['asks']} verdicts ({run['requests']} requests: {run['from_store']} from the store, "
                f"{gen['requests']} generated"
                + (f" at {gen['requests_per_s']:.1f} req/s, {gen['tokens_per_s']:.0f} tokens/s" if gen.get("requests_per_s") else "")
-               + f"); invalid: {inv}; first-shown wins {'-' if pb is None else f'{100 * pb:.1f}%'}, "
-               f"orders agree {'-' if agree is None else f'{100 * agree:.1f}%'}")
+               + f"); {position_bias(run)}; "
+               + ("no pair was decided in both orders" if agree["rate"] is None else
+                  f"the two orders of a pair agreed on {100 * agree['rate']:.1f}% of {agree['pairs']} pairs decided in both"))
     if o.output:
         click.echo(f"results: {o.output}/results.json, results.jsonl, summary.json, judgements.jsonl, run.json")
+
+
+def position_bias(run: dict) -> str:
+    """'position bias: the first answer won 52.0% of decided pairs (25)', of run.json's position_bias."""
+    pb = run["position_bias"]
+    if pb["first_shown_wins"] is None:
+        return "position bias: no pair was decided"
+    return f"position bias: the first answer won {100 * pb['first_shown_wins']:.1f}% of decided pairs ({pb['verdicts']})"

@@ -22,7 +22,9 @@ Requests without a seed are not reproducible by design.
 The model's own generation_config.json (its top_k, repetition penalty, ...) is set aside while
 generating: what a request gets is what its Sampling says. (vLLM applies those defaults unless
 told `--generation-config vllm`.) EOS: the tokenizer's EOS and every id the model's generation
-config names EOS. A completion ends at the first EOS ("stop"; the EOS counts as a completion
+config names EOS (judges.generation: read from the folder's generation_config.json, else its
+config.json, as transformers reads them; the store key holds these ids, the generation config in
+force and generate()'s arguments). A completion ends at the first EOS ("stop"; the EOS counts as a completion
 token, as servers count it) or after max_tokens ("length"); its text is decoded without special
 tokens and kept whole. A `<think>...</think>` block opening it (or, when the prompt itself ends with
 `<think>`, the text up to `</think>`) is also returned as `reasoning`; `text` still holds it.
@@ -42,6 +44,7 @@ import torch
 from ..errors import UsageError, one_line
 from ..models.device import OUT_OF_MEMORY, resolve_device, resolve_dtype
 from ..models.loading import load_model, load_tokenizer
+from .generation import folder_generation_config, generate_kwargs, generation_settings, neutral_config
 from .requests import Completion, Request
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -83,14 +86,6 @@ class SeededSampler:
         return torch.full_like(scores, float("-inf")).scatter_(1, picked, 0.0)
 
 
-def _eos_ids(model, tokenizer) -> list[int]:
-    ids = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
-    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
-        ids.append(tokenizer.eos_token_id)
-    return ids
-
-
 class HFBackend:
     """Generates completions for judge requests with a causal LM in this process."""
 
@@ -102,8 +97,9 @@ class HFBackend:
         torch_dtype = resolve_dtype(dtype, dev)
         tokenizer = load_tokenizer(model_path, trust_remote_code)
         self._setup(tokenizer, model_path, chat_template, max_batch_size, max_tokens_per_batch)
+        generation_config = folder_generation_config(model_path, trust_remote_code)
         model = load_model(model_path, "lm", torch_dtype, dev, trust_remote_code, allow_pickle_weights)
-        self._set_model(model)
+        self._set_model(model, generation_config)
 
     @classmethod
     def from_loaded(cls, model, tokenizer, path: str = "(in memory)", max_batch_size: int = 32,
@@ -111,7 +107,7 @@ class HFBackend:
         """A backend over a model and tokenizer already loaded (the model in eval mode, on its device)."""
         self = cls.__new__(cls)
         self._setup(tokenizer, path, chat_template, max_batch_size, max_tokens_per_batch)
-        self._set_model(model)
+        self._set_model(model, model.generation_config)
         return self
 
     def _setup(self, tokenizer, path, chat_template, max_batch_size, max_tokens_per_batch):
@@ -137,22 +133,18 @@ class HFBackend:
         self.oom_cap = None  # padded tokens per batch after an out-of-memory
         self.stats = {"batches": 0, "out_of_memory_halvings": 0, "generated_tokens": 0}
 
-    def _set_model(self, model) -> None:
-        from transformers import GenerationConfig
-
+    def _set_model(self, model, generation_config) -> None:
+        """generation_config: the one its ids come from (the folder's, as the store key reads it)."""
         self.model = model
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
-        self.eos_ids = _eos_ids(model, self.tokenizer)
+        self.settings = generation_settings(generation_config, self.tokenizer)
+        self.eos_ids, self.pad_id = self.settings["eos_token_id"], self.settings["pad_token_id"]
         if not self.eos_ids:
             raise UsageError(f"judge model {self.path}: neither its tokenizer nor its generation config names an "
                              "EOS token, so generation could not stop")
-        pad = self.tokenizer.pad_token_id
-        self.pad_id = self.eos_ids[0] if pad is None else pad
         self.vocab = model.get_input_embeddings().num_embeddings
-        # the generation config in force while generating: only ids, no sampling defaults
-        self.neutral = GenerationConfig(bos_token_id=getattr(model.generation_config, "bos_token_id", None),
-                                        eos_token_id=self.eos_ids, pad_token_id=self.pad_id)
+        self.neutral = neutral_config(self.settings)
 
     def describe(self) -> dict:
         return {"backend": "hf", "path": self.path, "class": type(self.model).__name__,
@@ -239,8 +231,7 @@ class HFBackend:
         try:
             with torch.inference_mode():
                 out = self.model.generate(input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
-                                          max_new_tokens=s.max_tokens, do_sample=False, eos_token_id=self.eos_ids,
-                                          pad_token_id=self.pad_id, **kwargs)
+                                          **generate_kwargs(self.settings, s), **kwargs)
         finally:
             self.model.generation_config = saved
         completions = []

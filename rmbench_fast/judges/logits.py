@@ -34,7 +34,8 @@ from ..scorers.verdict import VerdictScorer, verdict_probs
 from ..store.atomic import atomic_open, atomic_write_json
 from ..store.fingerprints import sha256_text, tokenizer_fingerprint
 from . import plan as planning
-from .options import read_template
+from . import validity
+from .options import read_template, safe_url
 from .requests import Sampling
 
 
@@ -82,7 +83,8 @@ def judge_logits(o, protocol, samples, store, t_start):
     t0 = time.perf_counter()
     tok_fp = tokenizer_fingerprint(o.model, store.hashes)
     key = sha256_text("judge-logits", tok_fp or o.model, template, protocol.answer_prefix)
-    asks = planning.plan(samples, protocol, key, o.orders, o.seed, 1, Sampling())
+    asks = planning.plan(samples, protocol, lambda m, s: sha256_text("judge", key, [dict(x) for x in m], s.as_dict()),
+                         o.orders, o.seed, 1, Sampling())
     texts = [tokenizer.apply_chat_template([dict(m) for m in a.request.messages], chat_template=template,
                                            tokenize=False, add_generation_prompt=True) + protocol.answer_prefix
              for a in asks]
@@ -120,14 +122,17 @@ def judge_logits(o, protocol, samples, store, t_start):
     cells = (mean > 0.5).astype(np.float64)
     domains = [s.domain for s in samples]
     summary = summarize_cells(cells, domains, [s.subset for s in samples], [s.name for s in samples])
+    # a logit verdict is never missing: every rate 0, in summary.json as for text verdicts
+    valid = validity.rates(asks, [None] * len(asks), domains, list(summary["domains"]))
+    summary.update(valid)
     summary["intervals"] = bootstrap(cells, domains, o.bootstrap)  # 95% intervals over prompts (None: --bootstrap 0)
     winners = ["A" if p > 0.5 else "B" if p < 0.5 else "tie" for p in p_a]
     info = result.info
     run = {
-        "options": {**asdict(o), "base_url": None}, "kind": "judge", "verdict": "logits", "protocol": protocol.describe(),
+        "options": {**asdict(o), "base_url": safe_url(o.base_url)}, "kind": "judge", "verdict": "logits", "protocol": protocol.describe(),
         "verdict_tokens": {protocol.verdict_strings[0]: tokens[0], protocol.verdict_strings[1]: tokens[1]},
         "judge": {"backend": "hf", "weights": info.get("sha256"), "tokenizer": tok_fp}, "n_prompts": len(samples),
-        "asks": len(asks), "pass": info, **planning.stats(asks, winners, domains),
+        "asks": len(asks), "pass": info, **planning.stats(asks, winners), **valid,
         "tokens": {"prompt": int(lengths.sum()), "shared_prefix_saved": prefix_plan.saved_tokens() if prefix_plan else 0},
         "device": str(target.device), "dtype": str(precision.dtype).removeprefix("torch."),
         "tokens_per_s": float(lengths.sum()) / info["seconds"] if not info.get("cached") and info["seconds"] else None,

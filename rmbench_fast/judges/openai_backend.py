@@ -5,15 +5,20 @@ Threading: generate() runs an asyncio loop in a helper thread and calls `on_done
 that called generate(), one completion at a time, in the order they finish, so the caller can store
 each at once without locks; a slow on_done never holds up the requests in flight.
 
-Failures: 429, 408, 5xx, refused or dropped connections, timeouts and unreadable answers are
-retried (exponential backoff with jitter, at least the server's Retry-After) up to `max_retries`
-times per request; then the run stops with a BackendError (one line: the URL, the status, the
+Failures: a server that is not there (the connection refused, or not made, before it ever
+answered: the first probe, GET /models) stops the run at once with one line naming the URL and how
+to start a server. Once it has answered, 429, 408, 5xx, refused or dropped connections, timeouts
+and unreadable answers are retried (exponential backoff with jitter, at least the server's
+Retry-After) up to `max_retries` times per request, with a line on the log ("retrying (3/7): HTTP
+503 from URL") once a request has been retrying for NOTICE_AFTER_S (at most one such line every
+NOTICE_AFTER_S); then the run stops with a BackendError (one line: the URL, the status, the
 server's message). 401/403/404 stop it at once (every request would fail the same way). Any other
 4xx (a prompt past the context length) fails that request alone: a Completion with text None and
 `error` set. The API key goes out in the Authorization header only: never in repr, describe() or a
 message (where a server echoes it, it is blanked).
 
-HTTP: httpx2 (a dependency of huggingface_hub >= 2), else httpx: same API. Measured against the
+body() is what one request sends (model, messages, sampling, extra body): its store key is made
+from it. HTTP: httpx2 (a dependency of huggingface_hub >= 2), else httpx: same API. Measured against the
 `openai` package in benchmarks/judge_client.py: about 3x less client CPU per request.
 """
 
@@ -21,20 +26,25 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import queue
 import random
 import threading
+import time
 from typing import Callable
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import RmbenchError, UsageError, one_line
 from .requests import Completion, Request
+from .wire import parse_completion, retry_after_s, server_message, text_of
 
 RETRY_STATUS = frozenset({408, 409, 425, 429})  # and every 5xx
 FATAL_STATUS = frozenset({401, 403, 404})  # wrong key, no access, wrong URL or model: no request can work
 RETRY_AFTER_CAP_S = 300.0
 MESSAGE_CHARS = 300
+NOTICE_AFTER_S = 2.0  # a request retrying this long gets a line on the log (one line per this many seconds)
+log = logging.getLogger("rmbench_fast")
 
 
 class BackendError(RmbenchError):
@@ -91,6 +101,8 @@ class OpenAIBackend:
             basic = base64.b64encode(":".join(x or "" for x in self._userinfo).encode()).decode()
         self._secrets = [s for s in (self._key, *self._userinfo, basic) if s]
         self._described: dict | None = None
+        self._answered = False  # whether the server ever answered (before that, no connection is retried)
+        self._noticed = float("-inf")  # when the last "retrying" line was logged
         _http()  # a missing HTTP stack fails here, in one line
 
     def __repr__(self) -> str:
@@ -109,6 +121,12 @@ class OpenAIBackend:
             self._described = {"backend": self.name, "base_url": self.base_url, "model": self.model,
                                "server_model": entry, **({"extra_body": self.extra_body} if self.extra_body else {})}
         return dict(self._described)
+
+    def body(self, messages, sampling) -> dict:
+        """The JSON body of one chat request (None sampling values left out): what the store key is
+        made from."""
+        return {"model": self.model, "messages": [dict(m) for m in messages],
+                **{k: v for k, v in sampling.as_dict().items() if v is not None}, **self.extra_body}
 
     def generate(self, requests: list[Request], on_done: Callable[[Request, Completion], None]) -> None:
         """Send every request; on_done(request, completion) on this thread as each finishes. Raises
@@ -195,14 +213,13 @@ class OpenAIBackend:
                 await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _complete(self, client, url: str, req: Request) -> Completion:
-        body = {"model": self.model, "messages": list(req.messages),
-                **{k: v for k, v in req.sampling.as_dict().items() if v is not None}, **self.extra_body}
+        payload = json.dumps(self.body(req.messages, req.sampling)).encode()
         try:
-            (msg, choice, usage), attempts = await self._call(client, "POST", url, json.dumps(body).encode(), _parse)
+            (msg, choice, usage), attempts = await self._call(client, "POST", url, payload, parse_completion)
         except _Fail as e:  # not retryable: this request alone
             return Completion(text=None, error=e.what, attempts=e.attempts)
-        return Completion(text=_text(msg.get("content")) or "",
-                          reasoning=_text(msg.get("reasoning_content")) or _text(msg.get("reasoning")),
+        return Completion(text=text_of(msg.get("content")) or "",
+                          reasoning=text_of(msg.get("reasoning_content")) or text_of(msg.get("reasoning")),
                           finish_reason=choice.get("finish_reason"), prompt_tokens=usage.get("prompt_tokens"),
                           completion_tokens=usage.get("completion_tokens"), attempts=attempts)
 
@@ -210,26 +227,31 @@ class OpenAIBackend:
         """(parse(JSON answer), attempts) of one call, retried. Raises _Fail for a 4xx that is this
         request's alone, BackendError when the retries run out or the run cannot go on."""
         http = _http()
-        attempt = 0
+        attempt, first_failure = 0, None
         while True:
             attempt += 1
             try:
                 try:
                     resp = await client.request(method, url, content=payload)
+                except (http.ConnectError, http.ConnectTimeout) as e:
+                    if not self._answered:  # nothing there: no retry makes a server appear
+                        raise BackendError(self._not_there(e)) from None
+                    raise _Fail(f"connection failed ({type(e).__name__}: {e})") from None
                 except http.TimeoutException:
                     raise _Fail(f"no answer within {self.timeout_s:g} s (timeout)") from None
                 except http.TransportError as e:
                     raise _Fail(f"connection failed ({type(e).__name__}: {e})") from None
+                self._answered = True
                 status = resp.status_code
                 if status == 200:
                     try:
                         return parse(json.loads(resp.content)), attempt
                     except (ValueError, LookupError, TypeError, AttributeError):
                         raise _Fail(f"HTTP 200 with an unreadable answer: {resp.text}") from None
-                what = f"HTTP {status}: {_server_message(resp)}"
+                what = f"HTTP {status}: {server_message(resp)}"
                 if status < 500 and status not in RETRY_STATUS:
                     raise _Fail(what, retry=False, status=status)
-                raise _Fail(what, retry_after=_retry_after(resp.headers.get("retry-after")), status=status)
+                raise _Fail(what, retry_after=retry_after_s(resp.headers.get("retry-after")), status=status)
             except _Fail as fail:  # the secrets go before the cut: no prefix of one survives
                 fail.what, fail.attempts = one_line(self._clean(fail.what), MESSAGE_CHARS), attempt
                 if fail.status in FATAL_STATUS and not (fail.status == 404 and method == "GET"):
@@ -238,7 +260,30 @@ class OpenAIBackend:
                     raise
                 if attempt > self.max_retries:
                     raise BackendError(f"{method} {url}: {fail.what} (after {attempt} attempts)") from None
+                first_failure = time.monotonic() if first_failure is None else first_failure
+                self._notice(attempt, fail, url, first_failure)
                 await asyncio.sleep(self._delay(attempt, fail.retry_after))
+
+    def _notice(self, attempt: int, fail: _Fail, url: str, first_failure: float) -> None:
+        """The "retrying (3/7): HTTP 503 from URL" line, once a request has been retrying for
+        NOTICE_AFTER_S, at most one every NOTICE_AFTER_S for the backend."""
+        now = time.monotonic()
+        if now - first_failure < NOTICE_AFTER_S or now - self._noticed < NOTICE_AFTER_S:
+            return
+        self._noticed = now
+        head = f"HTTP {fail.status}" if fail.status is not None else fail.what
+        rest = fail.what[len(head) + 2:] if fail.status is not None else ""
+        log.warning("retrying (%d/%d): %s from %s%s", attempt + 1, self.max_retries + 1, head, url,
+                    f" ({rest})" if rest else "")
+
+    def _not_there(self, e) -> str:
+        """One line for a server that is not there: the URL, what happened, how to start one."""
+        parts = urlsplit(self.base_url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        what = one_line(self._clean(f"{type(e).__name__}: {e}"), 120)
+        return (f"--base-url {self._clean(self.base_url)}: no server answers there ({what}); start one first, e.g. "
+                f"`vllm serve {self.model} --port {port}`, `python -m sglang.launch_server --model-path {self.model} "
+                f"--port {port}` or `transformers serve {self.model} --port {port}`, or fix --base-url")
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         """Exponential backoff with jitter (half to all of backoff_s * 2^(attempt-1), capped at
@@ -251,50 +296,3 @@ class OpenAIBackend:
         for secret in self._secrets:
             text = text.replace(secret, "***")
         return text
-
-
-def _parse(data: dict):
-    """(message, choice, usage) of a chat completion; raises where there is no choices[0].message."""
-    choice = data["choices"][0]
-    if not isinstance(choice["message"], dict):
-        raise TypeError("message")
-    return choice["message"], choice, data.get("usage") or {}
-
-
-def _text(value) -> str | None:
-    """A message field as text: a string, or the text parts of a list of content parts."""
-    if isinstance(value, list):
-        value = "".join(p.get("text") or "" for p in value if isinstance(p, dict)) or None
-    return value if isinstance(value, str) and value else None
-
-
-def _server_message(resp) -> str:
-    """What the server said: error.message / error / detail / message of a JSON body, else its text."""
-    try:
-        data = json.loads(resp.content)
-        if isinstance(data, dict):
-            err = data.get("error", data.get("detail", data.get("message")))
-            if isinstance(err, dict):
-                err = err.get("message", err)
-            if err is not None:
-                return str(err)
-    except ValueError:
-        pass
-    return resp.text or resp.reason_phrase or "(empty body)"
-
-
-def _retry_after(value: str | None) -> float | None:
-    """Retry-After in seconds (a number or an HTTP date), None when absent or unreadable."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    from email.utils import parsedate_to_datetime
-    from datetime import datetime, timezone
-
-    try:
-        return max(0.0, (parsedate_to_datetime(value) - datetime.now(timezone.utc)).total_seconds())
-    except (TypeError, ValueError, IndexError):
-        return None

@@ -54,6 +54,8 @@ class JudgeOptions:
     cache: bool = True
     cache_dir: str | None = None
     failed_as_invalid: bool = False  # requests that failed for good count as answers without a verdict
+    # a domain with a larger share of answers without a verdict ends the run, nothing written (None: no limit)
+    max_invalid: float | None = None
     overwrite: bool = False
     progress: bool = True
     # resamples of the prompts for summary.json's 95% intervals (results.intervals; 0: none); not one
@@ -113,6 +115,8 @@ def check(o: JudgeOptions) -> None:
         raise UsageError(f"--bootstrap {o.bootstrap}: expected a number of resamples >= 0 (0: no intervals)")
     if o.tie is not None and not 0 <= o.tie <= 1:
         raise UsageError(f"--tie {o.tie}: expected a number in [0, 1]")
+    if o.max_invalid is not None and not 0 <= o.max_invalid <= 1:
+        raise UsageError(f"--max-invalid {o.max_invalid}: expected a share in [0, 1] (0.05: 5%)")
 
 
 def read_template(o: JudgeOptions) -> str | None:

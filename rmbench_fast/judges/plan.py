@@ -2,7 +2,10 @@
 
 Every (chosen_i, rejected_j) pair of every prompt, in both A/B orders (or one order drawn per
 pair with the seed), K samples each: an Ask. Asks with identical messages and sampling are one
-request (its key). A verdict gives its ask a value: 1 when the chosen answer wins, 0 when the
+request (its key, made by the backend from everything the request sends: key_of). A sampled
+request's seed is drawn from the run's seed, its messages (the prompt, the pair and its order) and
+its sample index (request_seed): requests of different prompts never share a random stream, and a
+request keeps its seed from run to run. A verdict gives its ask a value: 1 when the chosen answer wins, 0 when the
 rejected one does, the tie value for a tie, the invalid rule for no verdict (a number, or "coin":
 a fair coin drawn from the seed and the request's key). A prompt's cell (i, j) is the mean of its
 asks' values over orders and samples.
@@ -11,7 +14,9 @@ asks' values over orders and samples.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -32,10 +37,20 @@ class Ask:
         return "A" if self.chosen_first else "B"
 
 
-def plan(samples, protocol, identity: str, orders: str, seed: int, k: int, sampling: Sampling) -> list[Ask]:
-    """Every ask of the run, in prompt order. identity: the judge model's store identity (keys)."""
-    from ..store.fingerprints import sha256_text
+SEED_BITS = 31  # request seeds in [0, 2^31): every server's seed field takes them (some parse a signed int32)
 
+
+def request_seed(seed: int, messages, sample: int) -> int:
+    """The sampling seed of one request: a hash of the run's --seed, the request's messages (which
+    hold the prompt, the pair and its order) and its sample index."""
+    digest = hashlib.sha256(json.dumps([seed, [dict(m) for m in messages], sample], sort_keys=True,
+                                       ensure_ascii=False).encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> (64 - SEED_BITS)
+
+
+def plan(samples, protocol, key_of: Callable, orders: str, seed: int, k: int, sampling: Sampling) -> list[Ask]:
+    """Every ask of the run, in prompt order. key_of(messages, sampling) -> a request's store key
+    (the backend's: every field it sends, under the judge's identity)."""
     rng = np.random.default_rng(seed)
     asks = []
     for p, s in enumerate(samples):
@@ -47,9 +62,9 @@ def plan(samples, protocol, identity: str, orders: str, seed: int, k: int, sampl
                     messages = tuple(protocol.messages(s.prompt, a, b))
                     for n in range(k):
                         smp = sampling if k == 1 and sampling.temperature == 0 else Sampling(
-                            sampling.temperature, sampling.top_p, sampling.max_tokens, seed * 1000 + n)
-                        key = sha256_text("judge", identity, [dict(m) for m in messages], smp.as_dict())
-                        asks.append(Ask(p, i, j, first, n, Request(key, messages, smp)))
+                            sampling.temperature, sampling.top_p, sampling.max_tokens,
+                            request_seed(seed, messages, n))
+                        asks.append(Ask(p, i, j, first, n, Request(key_of(messages, smp), messages, smp)))
     return asks
 
 
@@ -111,17 +126,10 @@ def cells(asks: list[Ask], values: np.ndarray, n_prompts: int) -> np.ndarray:
     return total / count
 
 
-def stats(asks: list[Ask], winners: list, domains: list[str]) -> dict:
-    """Invalid rate per domain, position bias (how often the answer shown first wins, of the
-    verdicts that pick one) and order agreement (of pairs asked in both orders with both verdicts
-    valid: how often both name the same answer the winner, or both a tie)."""
-    from ..inputs.data import SCORE_DOMAIN
-
-    per = {}
-    for a, w in zip(asks, winners):
-        d = SCORE_DOMAIN.get(domains[a.prompt], domains[a.prompt])
-        n, bad = per.get(d, (0, 0))
-        per[d] = (n + 1, bad + (w is None))
+def stats(asks: list[Ask], winners: list) -> dict:
+    """Position bias (how often the answer shown first wins, of the verdicts that pick one) and
+    order agreement (of pairs asked in both orders with both verdicts valid: how often both name
+    the same answer the winner, or both a tie). The invalid rates: judges.validity."""
     picked = [w for w in winners if w in ("A", "B")]
     pairs = {}
     for a, w in zip(asks, winners):
@@ -136,7 +144,6 @@ def stats(asks: list[Ask], winners: list, domains: list[str]) -> dict:
         "verdicts": len(winners),
         "invalid": sum(w is None for w in winners),
         "ties": sum(w == "tie" for w in winners),
-        "invalid_rate": {d: bad / n for d, (n, bad) in per.items()},
         "position_bias": {"first_shown_wins": sum(w == "A" for w in picked) / len(picked) if picked else None,
                           "verdicts": len(picked)},
         "order_agreement": {"rate": agree / len(both) if both else None, "pairs": len(both)},

@@ -2,8 +2,8 @@
 
 A Request is one chat completion: the messages a protocol built for one (prompt, chosen_i,
 rejected_j, order) plus the sampling settings and the sample index (K samples of one pair are K
-requests, each with its own seed). A Completion is what came back, or the one-line error that
-ended it.
+requests, each with its own seed, drawn from the request itself). A Completion is what came back,
+or the one-line error that ended it.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ class Sampling:
     temperature: float = 0.0  # 0: greedy
     top_p: float = 1.0
     max_tokens: int = 4096
-    seed: int | None = None  # per request (base seed + sample index), where the backend honours one
+    seed: int | None = None  # per request (plan.request_seed: --seed, messages, sample index), where honoured
 
     def as_dict(self) -> dict:
         return {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens,
@@ -25,7 +25,7 @@ class Sampling:
 
 @dataclass(frozen=True)
 class Request:
-    key: str  # the store key: model identity + messages + sampling (unique per request)
+    key: str  # the store key: the judge's identity + everything the request sends (unique per request)
     messages: tuple  # ({"role": ..., "content": ...}, ...) as sent
     sampling: Sampling = field(default_factory=Sampling)
     # where it belongs in the run (for progress and judgements.jsonl); backends ignore it

@@ -22,6 +22,7 @@ from ..store.entries import Store
 from ..store.fingerprints import sha256_text
 from ..store.paths import store_root
 from . import plan as planning
+from . import validity
 from .journal import Journal
 from .options import JudgeOptions, check, invalid_rule, read_template, safe_url
 from .protocols import get_protocol
@@ -33,6 +34,9 @@ log = logging.getLogger("rmbench_fast")
 JUDGED_OPTIONS = ("model", "data", "backend", "base_url", "protocol", "template", "verdict_regex", "orders", "seed",
                   "samples", "temperature", "top_p", "max_tokens", "tie", "invalid", "verdict", "limit", "domains",
                   "chat_template", "dtype")
+# of those, the ones that only re-read the stored generations: a rerun into the run's own folder that
+# changes them re-parses (generating nothing) and replaces the results without --overwrite
+REPARSE_OPTIONS = ("tie", "invalid", "verdict_regex")
 
 
 @dataclass
@@ -51,20 +55,35 @@ def check_output(o: JudgeOptions) -> None:
         before = json.loads((out / "run.json").read_text())["options"]
     except (OSError, ValueError, KeyError, TypeError):
         raise UsageError(f"--output {o.output}: holds results.json of an unknown run; pass --overwrite to replace it") from None
-    now = asdict(o)
-    changed = [k for k in JUDGED_OPTIONS if json.dumps(before.get(k)) != json.dumps(now.get(k))]
+    now = {**asdict(o), "base_url": safe_url(o.base_url)}  # as run.json records it: never the credentials
+    reparsed = reparse_options(o)
+    changed = [k for k in JUDGED_OPTIONS if json.dumps(before.get(k)) != json.dumps(now.get(k)) and k not in reparsed]
     if changed:
         raise UsageError(f"--output {o.output}: holds another run's results (different {', '.join(changed)}); "
                          "pass --overwrite to replace them, or choose another folder")
 
 
+def reparse_options(o: JudgeOptions) -> tuple:
+    """The judged options a rerun may change and still hold the same generations: the parser and
+    scoring rules, and --seed where it draws only --invalid coins (both orders, greedy decoding)."""
+    return REPARSE_OPTIONS + (("seed",) if o.orders == "both" and o.temperature == 0 else ())
+
+
 def hf_identity(o: JudgeOptions, store: Store) -> dict:
-    """What decides an in-process judge's generations: its weights, tokenizer files and chat
-    template, dtype and device, and the libraries (store.keys)."""
+    """What decides an in-process judge's generations: its weights and every other file of its
+    folder (generation_config.json too), tokenizer files and chat template, dtype and device, the
+    libraries (store.keys), and the generation settings in force: the EOS, pad and BOS ids drawn
+    from its generation config and tokenizer, the generation config generate() runs under, and
+    the model's own generation config as read (judges.generation)."""
     from ..models.device import local_target, resolve_dtype
+    from ..models.loading import load_tokenizer
     from ..store.fingerprints import model_fingerprint, tokenizer_fingerprint
     from ..store.keys import device_versions, library_versions
+    from .generation import config_dict, folder_generation_config, generation_settings, neutral_config
 
+    tokenizer = load_tokenizer(o.model, o.trust_remote_code)  # a model that is not there fails here, first
+    generation_config = folder_generation_config(o.model, o.trust_remote_code)
+    settings = generation_settings(generation_config, tokenizer)
     target = local_target(o.device)
     fp = model_fingerprint(o.model, store.hashes, content=True)
     store.hashes.save()
@@ -73,7 +92,22 @@ def hf_identity(o: JudgeOptions, store: Store) -> dict:
             "tokenizer": tokenizer_fingerprint(o.model, store.hashes),
             "chat_template": None if template is None else sha256_text(template),
             "dtype": str(resolve_dtype(o.dtype, target.device)), "device": target.device.type,
-            "versions": {**library_versions(), **device_versions(target.gpu)}}
+            "versions": {**library_versions(), **device_versions(target.gpu)},
+            "generation": settings, "generation_config": config_dict(neutral_config(settings)),
+            "model_generation_config": config_dict(generation_config)}
+
+
+def key_maker(identity: dict, backend) -> tuple[str, object]:
+    """(the judge's key, key_of(messages, sampling) -> a request's store key): a hash of the judge's
+    identity and everything the request is sent with (openai: its JSON body; hf: its messages,
+    generate()'s arguments and the sampler's)."""
+    key = sha256_text(identity)
+    if identity["backend"] == "openai":
+        return key, lambda messages, sampling: sha256_text("judge", key, backend.body(messages, sampling))
+    from .generation import request_inputs
+
+    settings = identity["generation"]
+    return key, lambda messages, sampling: sha256_text("judge", key, request_inputs(settings, messages, sampling))
 
 
 def make_backend(o: JudgeOptions):
@@ -140,18 +174,22 @@ def judge(o: JudgeOptions) -> JudgeRun:
 
 
 def _judge_text(o, protocol, samples, store, tie, invalid, t_start) -> JudgeRun:
-    backend = make_backend(o) if o.kind == "openai" else None  # hf: loaded only when there is work
-    identity = backend.describe() if backend is not None else hf_identity(o, store)
     root = store.root
-    if backend is not None:
+    if o.kind == "openai":
+        backend = make_backend(o)
+        identity = backend.describe()  # the first probe: a server that is not there stops the run here
         log.warning("judge %s at %s: remote weights cannot be fingerprinted; its generations are kept under the "
                     "server's URL, model name and what the server reports", o.model, safe_url(o.base_url))
-    elif identity["weights"] is None:
-        log.warning("judge %s: its weights could not be fingerprinted (not a local folder); generations are kept "
-                    "for this run only (download it to a folder to resume)", o.model)
-        root = None
-    key = sha256_text(identity)
-    asks = planning.plan(samples, protocol, key, o.orders, o.seed, o.samples,
+    else:
+        backend = None  # loaded only when there is work
+        identity = hf_identity(o, store)
+        if identity["weights"] is None:
+            backend = make_backend(o)  # everything is generated: load it now, so that its own errors come first
+            log.warning("judge %s: its weights could not be fingerprinted (not a local folder); generations are kept "
+                        "for this run only (download it to a folder to resume)", o.model)
+            root = None
+    key, key_of = key_maker(identity, backend)
+    asks = planning.plan(samples, protocol, key_of, o.orders, o.seed, o.samples,
                          Sampling(o.temperature, o.top_p, o.max_tokens))
     requests = planning.unique_requests(asks)
     journal = Journal(root, key)
@@ -165,25 +203,32 @@ def _judge_text(o, protocol, samples, store, tie, invalid, t_start) -> JudgeRun:
         raise RmbenchError(f"{len(failed)} of {len(requests)} judge requests failed (first: "
                            f"{one_line(first.error if first else 'no answer', 200)}); nothing written: a rerun asks "
                            "them again, or pass --failed-as-invalid to count them as answers without a verdict")
-    winners, values, verdicts = [], np.zeros(len(asks)), []
+    winners, values, verdicts, causes = [], np.zeros(len(asks)), [], []
     for n, a in enumerate(asks):
         c = journal.done.get(a.request.key)
         v = protocol.parse(c.text if c is not None else None)
         verdicts.append(v)
         winners.append(v.winner)
+        causes.append(validity.cause(c, v))
         values[n] = planning.value(a, v.winner, tie, invalid, o.seed)
     cells = planning.cells(asks, values, len(samples))
     domains = [s.domain for s in samples]
     summary = summarize_cells(cells, domains, [s.subset for s in samples], [s.name for s in samples])
+    valid = validity.rates(asks, causes, domains, list(summary["domains"]))
+    validity.check_max_invalid(valid, o.max_invalid)  # before anything is written
+    line = validity.warning(valid, invalid)
+    if line:
+        log.warning("%s", line)
+    summary.update(valid)
     summary["intervals"] = bootstrap(cells, domains, o.bootstrap)  # 95% intervals over prompts (None: --bootstrap 0)
     chars, reusable = planning.shared_prefix_chars(requests)
     run = {
         "options": {**asdict(o), "base_url": safe_url(o.base_url)}, "kind": "judge", "protocol": protocol.describe(),
-        "tie": tie, "invalid": invalid, "judge": identity, "judge_key": key, "n_prompts": len(samples),
+        "tie": tie, "invalid_rule": invalid, "judge": identity, "judge_key": key, "n_prompts": len(samples),
         "asks": len(asks), "requests": len(requests), "from_store": len(requests) - len(todo),
         "failed_requests": len(failed),  # counted as answers without a verdict (--failed-as-invalid)
         "journal": {"path": str(journal.path) if journal.path else None, "cut_lines_skipped": journal.cut_lines},
-        "generated": gen, **planning.stats(asks, winners, domains),
+        "generated": gen, **planning.stats(asks, winners), **valid,
         "tokens": _tokens(journal, requests),
         "prefix_cache": {"prompt_chars": chars, "reusable_prompt_chars": reusable,
                          # estimated: the prompt tokens the backend counted times the reusable characters' share

@@ -2,7 +2,7 @@
 
 The general check, which no list of file names can pass: for each model folder of a small test
 world (a reward model, a DPO policy and its reference, a slow tokenizer's vocab.txt, a
-sentencepiece tokenizer, an adapter), every non-weight file is changed in turn (a byte appended)
+sentencepiece tokenizer, an adapter, an in-process judge), every non-weight file is changed in turn (a byte appended)
 and a file is added; the run after it, on a store that holds the unchanged folder's entries, must
 recompute every entry that depends on that folder and score exactly as a --no-cache run of the
 changed folder (or fail as it does). Then the issue's own cases: two slow tokenizers that differ
@@ -284,3 +284,27 @@ def test_every_read_of_a_run_is_answered_as_the_real_objects_do(trust, tmp_path,
     kept = stored_tokenizer(json.loads(json.dumps(tokenizer_facts(tok, jinja))), lambda: tok)
     wrong += [f"tokenizer.{n}" for n in sorted(reads["tokenizer"]) if answer(kept, n) != answer(tok, n)]
     assert not wrong, wrong
+
+
+def test_every_file_of_a_judges_folder_is_in_its_journals_key(trust, tmp_path):
+    """An in-process judge: after any non-weight file of its folder changes (generation_config.json's
+    EOS ids decide where generation stops, the chat template what it reads) or a file is added, no
+    generation is served from the journal of the unchanged folder."""
+    from test_judge_keys import tiny_judge
+
+    from rmbench_fast.judges.options import JudgeOptions
+    from rmbench_fast.judges.run import judge
+
+    src = tiny_judge(tmp_path / "judge")
+    base = JudgeOptions(model=str(src), data=trust["data"], backend="hf", max_tokens=4, limit=1, bootstrap=0,
+                        progress=False, dtype="float32", cache_dir=str(tmp_path / "store"))
+    first = judge(base).run
+    assert first["from_store"] == 0 and judge(base).run["from_store"] == first["requests"]  # the journal serves
+    names = [what for what, _ in changes(src)]
+    assert "generation_config.json + 1 byte" in names, names
+    served = []
+    for i, (what, apply) in enumerate(changes(src)):
+        run = judge(replace(base, model=str(copy_changed(src, tmp_path / f"changed-{i}", apply)))).run
+        if run["from_store"]:
+            served.append(f"{what}: {run['from_store']} of {run['requests']} generations from the store")
+    assert not served, served

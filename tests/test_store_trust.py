@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import make_item
+from test_config_facts import EAGER
 
 from rmbench_fast.engine.score import ScoreOptions, score
 from rmbench_fast.errors import UsageError
@@ -209,7 +210,7 @@ def test_an_eager_config_gets_the_same_preflight_from_stored_facts(trust, tmp_pa
     folder = tmp_path / "eager"
     shutil.copytree(src, folder)
     cfg = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**cfg, "_attn_implementation": "eager"}))
+    (folder / "config.json").write_text(json.dumps({**cfg, **EAGER}))
     o = ScoreOptions(model=str(folder), ref_free="avg", data=trust["data"], progress=False, dtype="float32",
                      bootstrap=0, max_batch_size=4, cache_dir=str(tmp_path / "first"))
     first = score(o).run["models"]["model"]["memory"]["estimate"]  # the config built by its class

@@ -12,7 +12,7 @@ from rmbench_fast.store.code import import_graph, modules
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "rmbench_fast"
 ENTRIES = ("errors", "store", "models", "inputs", "kernels", "scorers", "adapters", "results", "engine", "judges", "cli",
-           "integrations", "tiny")
+           "integrations", "tiny", "tasks")
 
 
 def test_the_graph_sees_the_package():
@@ -82,7 +82,7 @@ def test_each_subpackage_imports_only_what_it_says():
 
 def test_the_top_level_shows_the_stages():
     top = sorted(p.name for p in PACKAGE.iterdir() if p.name != "__pycache__")
-    assert len(top) <= 14, top  # the stages, judges, integrations, errors, tiny, __init__ and __main__
+    assert len(top) <= 15, top  # the stages, tasks (the benchmarks), judges, integrations, errors, tiny, __init__, __main__
     assert {"inputs", "models", "scorers", "adapters", "store", "results", "engine", "cli"} <= set(top)
 
 

@@ -346,7 +346,7 @@ def test_a_dpo_trainer_without_its_reference(world, tmp_path):
 
 
 def test_bad_callback_options_fail_at_once(world, tmp_path):
-    with pytest.raises(UsageError, match=r"^--max-batch-size must be at least 1$"):
+    with pytest.raises(UsageError, match=r"^max_batch_size= must be at least 1$"):
         RMBenchCallback(every=2, max_batch_size=0)
     with pytest.raises(UsageError, match=r"^every=0: a number of steps"):
         RMBenchCallback(every=0)

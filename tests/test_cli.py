@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 
@@ -127,7 +128,15 @@ def test_demo(tmp_path):
     assert "RM mode" in r.output and "DPO mode" in r.output and "random weights" in r.output
     for mode in ("rm", "dpo"):
         assert (tmp_path / "demo" / mode / "summary.json").is_file()
-    assert (tmp_path / "cache" / "demo-models-v1" / "COMPLETE").is_file()
+    from rmbench_fast.cli.demo import DEMO_VERSION
+
+    models = tmp_path / "cache" / f"demo-models-v{DEMO_VERSION}"
+    assert (models / "COMPLETE").is_file()
+    # ordinary files (the umask's modes), readable by others: not a temporary folder's 0700 / 0600
+    mask = os.umask(0)
+    os.umask(mask)
+    for p in [models, *models.rglob("*")]:
+        assert p.stat().st_mode & 0o777 == (0o777 if p.is_dir() else 0o666) & ~mask, p
 
 
 @pytest.mark.slow

@@ -170,7 +170,7 @@ def test_small_domains_are_noted(tmp_path):
     got = json.loads(run("compare", a, b, "--bootstrap", 100, "--json", "-").stdout)
     assert got["method"]["small_domains"] == ["chat"]
     text = run("compare", a, b, "--bootstrap", 100).stdout
-    assert "note: intervals of chat (fewer than 10 prompts) understate the uncertainty" in text
+    assert "note: intervals of chat (4 prompts) understate the uncertainty" in text
 
 
 @pytest.mark.parametrize("case", ["missing", "bad", "disjoint", "one", "twice", "no-id", "twice-no-domain"])

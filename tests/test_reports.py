@@ -110,7 +110,9 @@ def test_intervals_in_summary_tables_and_report(tiny, limited):
     # 2 prompts a file domain: every domain's interval is too coarse to trust, which the method and tables say
     assert iv["method"]["min_prompts_for_intervals"] == 10
     assert iv["method"]["small_domains"] == ["chat", "math", "code", "safety"]
-    small = "note: intervals of chat, math, code, safety (fewer than 10 prompts) understate the uncertainty"
+    # each domain with its small files and their counts (safety's row pools two files of 2: it says so)
+    small = ("note: intervals of chat (2 prompts), math (2 prompts), code (2 prompts), safety (safety-refuse 2 "
+             "prompts, safety-response 2 prompts) understate the uncertainty")
     assert small in printed and small in (out / "report.md").read_text()
     [table] = markdown_tables((out / "report.md").read_text())
     assert table[0][-1] == "95% interval of avg"
@@ -192,7 +194,7 @@ def test_notes_without_resamples_or_with_small_domains():
                "intervals": {"method": {"level": 0.95}, "metrics": {"overall": {"low": 0.1, "high": 0.2}}}}
     out = notes(summary)  # a summary written before intervals named small domains, without resamples
     assert "(? resamples, seed ?)" in out[-1]
-    assert "note: intervals of chat (fewer than 10 prompts) understate the uncertainty" in out[1]
+    assert "note: intervals of chat (3 prompts) understate the uncertainty" in out[1]
     summary["intervals"]["method"].update(resamples=500, small_domains=[])
     assert not any("understate" in line for line in notes(summary)) and "(500 resamples" in notes(summary)[-1]
 

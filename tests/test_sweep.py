@@ -65,7 +65,9 @@ def test_sweep_runs_reference_once_and_equals_separate_scores(run_dir, tmp_path)
     result = run_sweep(opts(run_dir, tmp_path), found, str(tmp_path / "sweep"), hooks=calls, echo=lambda *a: None)
     batches = calls.n["model"] // 3
     assert calls.n["ref_model"] == batches  # one reference pass for three checkpoints
-    assert result["model_passes_computed"] == 4 and result["model_passes_cached"] == 2
+    # K + 1 distinct passes: the reference's computed once and counted once, not once per checkpoint
+    assert result["model_passes"] == 4 and result["reference_passes"] == 1
+    assert result["model_passes_computed"] == 4 and result["model_passes_cached"] == 0
     rows = json.loads((tmp_path / "sweep" / "sweep.json").read_text())["checkpoints"]
     assert [r["step"] for r in rows] == [2, 10, 30]
     assert (tmp_path / "sweep" / "sweep.csv").read_text().count("\n") == 4

@@ -17,9 +17,10 @@ def _same(a: str, b: str) -> bool:
 
 @click.command()
 @click.argument("runs", nargs=-1, required=True, type=click.Path(), metavar="RUN_A RUN_B [RUN_C ...]")
-@click.option("--baseline", default=None, metavar="RUN",
-              help="The run every other run is compared against [default: the first]; one of the RUNs, "
-                   "or another run, which is then added first.")
+@click.option("--baseline", default=None, metavar="NAME_OR_PATH",
+              help="The run every other run is compared against [default: the first]: one of the RUNs, a "
+                   "checkpoint of a sweep folder given (its folder name, sub-folder or step), or another run, "
+                   "which is then added first.")
 @click.option("--bootstrap", "resamples", default=10_000, show_default=True, type=click.IntRange(min=0),
               help="Bootstrap resamples (0: values only, no intervals or p).")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the resampling.")
@@ -34,31 +35,41 @@ def compare(runs, baseline, resamples, seed, level, top, json_path):
     difference from the baseline with a paired-bootstrap interval and p-value, and the prompts on
     which they disagree most.
 
-    Each RUN is a run folder (its results.json, as `score`, `judge` and `sweep` write them) or a
+    Each RUN is a run folder (its results.json, as `score`, `judge` and `sweep` write them), a
     results file: ours, a judge's (per-prompt `cells`), or one of the official RM-Bench scripts (a
-    JSON list of items with score_chosen / score_rejected). Prompts are matched by domain and id (an
-    item without id is refused); runs over different prompt sets are compared on the prompts they
-    all have (the legend says how many each left out, and a note when their overall is not the
-    paper's four-domain number).
+    JSON list of items with score_chosen / score_rejected), or a sweep folder (`sweep --output
+    DIR`), which stands for its checkpoints' run folders in step order: every checkpoint is
+    compared with the first, or with --baseline (a checkpoint's name, sub-folder or step, or a
+    path). Prompts are matched by domain and id (an item without id is refused); runs over
+    different prompt sets are compared on the prompts they all have (the legend says how many each
+    left out, and a note when their overall is not the paper's four-domain number).
 
     Intervals: a bootstrap over prompts, resampled within each file domain (domain sizes and
     safety's mix of files fixed), percentile intervals; with fewer than 10 prompts in a file domain
-    they understate the uncertainty, which a note says. With --bootstrap 0: values and differences. Differences (run - baseline): the same resampled prompts for both
-    runs; p is two-sided, 2 * (1 + the smaller count of resampled differences <= 0 or >= 0) /
-    (resamples + 1), capped at 1 (so identical runs give 1, and a difference beyond every resample
-    2 / (resamples + 1)). A * marks a difference whose interval excludes 0. Metrics: overall,
-    hard, normal, easy, then per domain its average and hard / normal / easy, in percent.
+    they understate the uncertainty, which a note says (naming the file and its count). With
+    --bootstrap 0: values and differences. Differences (run - baseline): the same resampled prompts
+    for both runs; p is two-sided, 2 * (1 + the smaller count of resampled differences <= 0 or >=
+    0) / (resamples + 1), capped at 1 (so identical runs give 1, and a difference beyond every
+    resample 2 / (resamples + 1)). A * marks a difference whose interval excludes 0. Metrics:
+    overall, hard, normal, easy, then per domain its average and hard / normal / easy, in percent.
+    A judge's run folder adds its share of answers without a verdict (and of failed requests).
 
     Disagreement of a prompt: the sum over its 9 cells (chosen i beat rejected j: 0/1 for a
     scalar model, win rates for a judge) of |A - B|; --json lists both runs' cells and scores.
     """
     from ..results.compare import compare_runs, format_comparison, load_run
+    from ..results.sweep_folder import expand, matches
 
-    runs = [r.rstrip("/") or r for r in runs]
+    found = expand([r.rstrip("/") or r for r in runs])  # a sweep folder: its checkpoints' run folders
+    runs = [r for r, _ in found]
     if baseline is not None:
         at = [i for i, r in enumerate(runs) if _same(r, baseline)]
-        if at:
-            runs.insert(0, runs.pop(at[0]))
+        named = [i for i, (_, c) in enumerate(found) if c is not None and matches(c, baseline)]
+        if not at and len(named) > 1:
+            raise UsageError(f"--baseline {baseline} names several checkpoints "
+                             f"({', '.join(runs[i] for i in named)}): give its path")
+        if at or named:
+            runs.insert(0, runs.pop((at or named)[0]))
         else:
             runs.insert(0, baseline.rstrip("/") or baseline)
     if len(runs) < 2:

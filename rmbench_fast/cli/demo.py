@@ -10,7 +10,7 @@ from ..store.paths import cache_root
 from ..tiny.models import CHAT_TEMPLATE, build_trio, train_tokenizer
 
 DEMO_DATA = Path(__file__).parent / "demo_data" / "rmbench_demo.json"
-DEMO_VERSION = "1"  # bump when the demo models change, so caches rebuild
+DEMO_VERSION = "2"  # bump when the demo models change, so caches rebuild (2: files readable, tiny.models.readable)
 
 
 def build_demo_models(cache_dir=None) -> dict:

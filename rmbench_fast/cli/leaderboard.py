@@ -46,13 +46,26 @@ def load_summary(run: str) -> tuple[dict, str]:
             raise DataError(path / "summary.json", "top level must be a JSON object (a run's summary)")
         return summary, _model_name(path)
     if path.is_dir() and not (path / "results.json").is_file():
-        raise DataError(path, "is a folder without summary.json or results.json")
+        raise DataError(path, "is a folder without summary.json or results.json (a run) or sweep.json (a sweep)")
     from ..results.files import read_results
     from ..results.metrics import summarize, summarize_cells
 
     kind, *data, domains, subsets, names = read_results(path)
     summary = (summarize if kind == "scores" else summarize_cells)(*data, domains, subsets, names)
     return summary, _model_name(path)
+
+
+def load_summaries(run: str) -> list[tuple[dict, str]]:
+    """[(summary, model name)] of RUN: one for a run folder or results file (load_summary), one per
+    checkpoint in step order for a sweep folder, each named as its run folder is (its sub-folder's
+    name where two checkpoints' names are the same)."""
+    from ..results.sweep_folder import checkpoints, is_sweep
+
+    if not is_sweep(run):
+        return [load_summary(run)]
+    found = [(c, *load_summary(str(c.folder))) for c in checkpoints(run)]
+    names = [name for _, _, name in found]
+    return [(summary, name if names.count(name) == 1 else c.dir) for c, summary, name in found]
 
 
 @click.command()
@@ -63,26 +76,29 @@ def load_summary(run: str) -> tuple[dict, str]:
 def leaderboard(runs, prefix, as_json):
     """Rows for the RM-Bench leaderboard: Chat, Math, Code, Safety, Easy, Normal, Hard, Overall.
 
-    Each RUN is a run folder (its summary.json, else its results.json) or a results file (ours, a
-    judge's, or the official scripts'). The model's name is run.json's --model, else the folder's
-    or file's name. Percentages with one decimal, by the leaderboard's formulas: a domain is the
-    mean of its hard, normal and easy accuracy; Easy, Normal and Hard are the means over the four
-    domains; Overall = (Chat + Math + Code + Safety) / 4 = (Easy + Normal + Hard) / 3.
+    Each RUN is a run folder (its summary.json, else its results.json), a results file (ours, a
+    judge's, or the official scripts'), or a sweep folder (`sweep --output DIR`: a row per
+    checkpoint, in step order). The model's name is run.json's --model, else the folder's or
+    file's name. Percentages with one decimal, by the leaderboard's formulas: a domain is the mean
+    of its hard, normal and easy accuracy; Easy, Normal and Hard are the means over the four
+    domains; Overall = (Chat + Math + Code + Safety) / 4 = (Easy + Normal + Hard) / 3. A judge's
+    rows add No verdict and Failed: its share of answers without a verdict and of failed requests.
 
     Prints a Markdown table (--json: the rows as JSON, with the unrounded percentages under
     "unrounded"). A domain missing or partial (fewer prompts than the benchmark's: chat 129,
-    math 529, code 228, safety 441) is a warning on stderr: such a row is not comparable with
-    the leaderboard's.
+    math 529, code 228, safety 441), or a safety whose two files hold other counts than the
+    benchmark's 284 and 157, is a warning on stderr: such a row is not comparable with the
+    leaderboard's ("complete": false, the rule of summary.json's `complete`).
     """
     from ..results.leaderboard import row, to_csv, to_markdown, warnings
     from ..store.atomic import atomic_write_text
 
     rows = []
     for run in runs:
-        summary, name = load_summary(run)
-        rows.append(row(summary, name, None))
-        for w in warnings(summary, name):
-            click.echo(f"rmbench-fast: warning: {w}", err=True)
+        for summary, name in load_summaries(run):
+            rows.append(row(summary, name, None))
+            for w in warnings(summary, name):
+                click.echo(f"rmbench-fast: warning: {w}", err=True)
     if prefix is not None:
         for ext, text in ((".md", to_markdown(rows)), (".csv", to_csv(rows))):
             atomic_write_text(prefix + ext, text)

@@ -80,15 +80,18 @@ def accuracy(results, as_json, bootstrap):
 
     Prints domains x hard/normal/easy/avg and overall, as percentages (a tie counts as wrong,
     as in the official code), with 95% intervals (a bootstrap over prompts within each domain), and
-    what the results are of when a run.json lies beside them.
+    what the results are of when a run.json lies beside them. For a judge's results, the share of
+    answers without a verdict (and of failed requests) comes from the summary.json beside them.
     """
     from ..results.describe import about_line, results_facts
     from ..results.files import read_results
     from ..results.intervals import bootstrap as intervals
     from ..results.metrics import cells_from_scores, format_table, summarize, summarize_cells
+    from ..results.verdicts import beside
 
     kind, *data, domains, subsets, names = read_results(results)
     summary = (summarize if kind == "scores" else summarize_cells)(*data, domains, subsets, names)
+    summary.update(beside(results))  # a judge's answers without a verdict: not in its results, in its summary.json
     summary["intervals"] = intervals(cells_from_scores(*data) if kind == "scores" else data[0], domains, bootstrap)
     if as_json:
         click.echo(json.dumps(summary, indent=2))
@@ -122,9 +125,10 @@ def score(model, output, **kw):
     """Score a reward model or DPO model on RM-Bench and print its accuracy.
 
     Writes results.json (the official per-sample format), summary.json and run.json (options,
-    versions, model fingerprints, token counts, throughput, truncation) into --output. Finished
-    model passes are kept in the result store, so the same command again recomputes nothing, and
-    an interrupted run resumes where it stopped.
+    versions, model fingerprints, token counts, throughput, truncation) into --output; without it
+    no results file is saved, which stderr says. Finished model passes are kept in the result
+    store (unless --no-cache), so the same command again recomputes nothing, and an interrupted
+    run resumes where it stopped.
     """
     from ..engine.finished import finished_run, stored_run
 
@@ -136,6 +140,9 @@ def score(model, output, **kw):
         from ..engine.score import score as run_score
         result = run_score(o, read_back=False, started=started)
     _print_run(result.run, result.summary, output)
+    if not output:
+        click.echo("rmbench-fast: nothing saved: no --output given; pass --output DIR to write results.json, "
+                   "summary.json and run.json there", err=True)
 
 
 @main.command()
@@ -153,11 +160,12 @@ def sweep(models, checkpoints, output, no_plots, baseline, **kw):
     The step of a checkpoint is trainer_state.json's global_step, else the number ending its folder
     name. The reference model's log-probs and the tokenization are computed once and reused by
     every checkpoint (and by later runs, through the result store): K DPO checkpoints cost K + 1
-    model passes. sweep.csv / sweep.json are updated after every checkpoint; a rerun of the same
-    command after a crash recomputes nothing that finished, and a checkpoint whose files changed
-    is scored again.
+    model passes, which the last line counts ("4 model passes (3 checkpoints + 1 reference): 4
+    computed, 0 from the result store"). sweep.csv / sweep.json are updated after every
+    checkpoint; a rerun of the same command after a crash recomputes nothing that finished, and a
+    checkpoint whose files changed is scored again.
     """
-    from ..engine.sweep import find_checkpoints, run_sweep
+    from ..engine.sweep import find_checkpoints, passes_line, run_sweep
 
     found = find_checkpoints(models, checkpoints)
     result = run_sweep(score_options(None, None, kw), found, output, plots=not no_plots, echo=click.echo,
@@ -165,9 +173,7 @@ def sweep(models, checkpoints, output, no_plots, baseline, **kw):
     from ..results.plots import sweep_table
 
     click.echo("\n" + sweep_table(result["checkpoints"], root=output))
-    back = f" ({n} checkpoints finished before, read back)" if (n := result["checkpoints_read_back"]) else ""
-    click.echo(f"\n{result['model_passes_computed']} model passes computed, {result['model_passes_cached']} from "
-               f"the result store{back}; tables in {output}/sweep.csv and {output}/sweep.json")
+    click.echo(f"\n{passes_line(result, len(found))}; tables in {output}/sweep.csv and {output}/sweep.json")
 
 
 @main.command()

@@ -4,67 +4,34 @@ where a command line and a round trip through disk get in the way.
 `score` takes the command line's options under their Python names (`--max-batch-size 8` is
 `max_batch_size=8`, `--no-cache` / `-q` are `no_cache=True` / `quiet=True`) with the same defaults,
 and runs the same engine the CLI runs, so for the same options its summary is the CLI's; a bad
-option is the same one-line exception (errors.UsageError) the CLI prints. `model`, `ref_model` and
+option is a one-line exception (errors.UsageError) as on the CLI, naming the keyword argument
+(`limit=0`) where the CLI names its flag (engine.api_names). `model`, `ref_model` and
 `tokenizer` are paths (local folders or hub ids) or objects already loaded: those are lent to the
 run (engine.lent) and scored as they are, on their own device and in their own dtype, with no
 files written or read for them (a loaded policy and reference share one dtype; a policy or reference
 given by its path is loaded where the loaded one is, in its dtype: engine.api_options, which also
-checks the options). `compare` wraps results.compare for run folders, results files and the Results
-`score` returns.
+checks the options). `compare` (engine.api_compare) wraps results.compare for run folders, results
+files, sweep folders and the Results `score` returns.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
 
 from ..errors import UsageError
 from ..inputs.data import HUB_DEFAULT
 from ..store.atomic import atomic_write_json
+from .api_compare import Comparison, compare  # noqa: F401  (the API: rmbench_fast.compare)
+from .api_names import api_name
 from .api_options import option_values, where
+from .checks import check_options, check_output
 from .lent import Given, name_of
 from .options import ScoreOptions
+from .result import Result
 
 __all__ = ["Comparison", "Result", "build", "compare", "option_values", "result_of", "score", "score_built"]
-
-
-@dataclass
-class Result:
-    """A scored run: the summary (summary.json, intervals included), each prompt's id, domain and
-    subset in the data's order, its scores (chosen / rejected: [n, 3], one column per style: concise,
-    detailed plain, detailed markdown), and run.json's record of how it ran."""
-    summary: dict
-    ids: list
-    domains: list[str]
-    subsets: list
-    chosen: np.ndarray
-    rejected: np.ndarray
-    run: dict
-    output: str | None = None  # the folder its files went to, if any
-
-    @property
-    def names(self) -> list[str]:
-        """Each prompt as "domain/id", which identifies it across runs (ids repeat across domains)."""
-        return [str(i) if str(i).startswith(f"{d}/") else f"{d}/{i}" for i, d in zip(self.ids, self.domains)]
-
-    @property
-    def overall(self) -> float:
-        return self.summary["overall"]
-
-    def table(self) -> str:
-        """The accuracy table the CLI prints."""
-        from ..results.describe import about_line, run_facts
-        from ..results.tables import format_table
-
-        return format_table(self.summary, about_line(run_facts(self.run)))
-
-    def __repr__(self) -> str:
-        model = self.run.get("options", {}).get("model")
-        return f"Result(model={model!r}, prompts={len(self.ids)}, overall={self.overall:.4f})"
 
 
 def result_of(scored, o: ScoreOptions) -> Result:
@@ -121,11 +88,14 @@ def build(model, ref_model=None, data=HUB_DEFAULT, tokenizer=None, **options) ->
     if not isinstance(data, (str, os.PathLike)):
         raise UsageError(f"data: expected a folder, a file or a hub dataset id, got {type(data).__name__}")
     o = ScoreOptions(**{**opts, "model": name, "ref_model": ref_name, "data": os.fspath(data), "tokenizer": tokenizer})
+    check_options(o, api_name)  # the engine checks them again, naming the CLI's flags: here, the keywords
+    if o.output:
+        check_output(o, api_name)
     if lent is None and lent_ref is None and tok is None:
         return o, None
     if o.engine != "local":
-        raise UsageError("--engine ray: models and tokenizers loaded in memory are scored in this process; give "
-                         "their paths to score on Ray workers")
+        raise UsageError(f"{api_name('engine', o.engine)}: models and tokenizers loaded in memory are scored in this "
+                         "process; give their paths to score on Ray workers")
     models = {role: m for role, m in (("model", lent), ("ref_model", lent_ref)) if m is not None}
     return o, Given(models, tok)
 
@@ -158,59 +128,3 @@ def score(model, ref_model=None, data=HUB_DEFAULT, tokenizer=None, **options) ->
     the training mode it had; its scores are not kept in the result store."""
     o, given = build(model, ref_model, data, tokenizer, **options)
     return result_of(score_built(o, given), o)
-
-
-def _same_run(a, b) -> bool:
-    if a is b:
-        return True
-    paths = (str, os.PathLike)
-    return isinstance(a, paths) and isinstance(b, paths) and Path(a).resolve() == Path(b).resolve()
-
-
-class Comparison(dict):
-    """What `rmbench-fast compare --json` writes ("runs", "pairs", "method", "prompts"), with the
-    table the CLI prints."""
-
-    def table(self) -> str:
-        from ..results.compare import format_comparison
-
-        return format_comparison(self)
-
-
-def compare(*runs, baseline=0, names=None, bootstrap: int = 10_000, seed: int = 0, level: float = 0.95,
-            top: int = 10) -> Comparison:
-    """Runs on the same prompts, as `rmbench-fast compare`: each metric with its interval, each run
-    against the baseline with a paired-bootstrap interval and p-value, and the prompts they disagree
-    on most. A run is a run folder, a results file, or a Result of `score`. baseline: the index of
-    the run the others are compared with, or that run itself (default the first); names: one per run,
-    in the order given (default: the path, or a Result's model); bootstrap, seed, level, top: the
-    CLI's options of the same names (resamples, 0 for none; the seed; the intervals' level; prompts
-    listed per pair)."""
-    from ..results.compare import Run, compare_runs, load_run
-    from ..results.metrics import cells_from_scores
-
-    runs = list(runs)
-    names = [None] * len(runs) if names is None else [str(n) for n in names]
-    if len(names) != len(runs):
-        raise UsageError(f"names: {len(names)} names for {len(runs)} runs")
-    if not isinstance(baseline, int):
-        at = [i for i, r in enumerate(runs) if _same_run(r, baseline)]
-        if not at:
-            raise UsageError("baseline: not one of the runs compared")
-        baseline = at[0]
-    if not 0 <= baseline < len(runs):
-        raise UsageError(f"baseline {baseline}: not one of the {len(runs)} runs")
-    order = [baseline] + [i for i in range(len(runs)) if i != baseline]
-    loaded = []
-    for i in order:
-        r, name = runs[i], names[i]
-        if isinstance(r, Result):
-            label = name or str(r.run.get("options", {}).get("model") or f"run {i + 1}")
-            loaded.append(Run(label, r.output or label, r.names, list(r.domains),
-                              cells_from_scores(r.chosen, r.rejected), r.chosen, r.rejected))
-        elif isinstance(r, (str, os.PathLike)):
-            loaded.append(load_run(os.fspath(r), name))
-        else:
-            raise UsageError(f"compare: run {i + 1} is a {type(r).__name__}; give a run folder, a results file or a "
-                             "Result of rmbench_fast.score")
-    return Comparison(compare_runs(loaded, 0, bootstrap, seed, level, top))

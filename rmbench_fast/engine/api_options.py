@@ -1,6 +1,6 @@
 """The Python API's options (engine.api): keyword options checked and converted as the command line's
-click options convert theirs, with the same one-line errors, and the device and dtype of models lent
-in memory, which are the run's.
+click options convert theirs, with one-line errors that name the keyword argument (`limit='x'`, not
+`--limit`: engine.api_names), and the device and dtype of models lent in memory, which are the run's.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import numpy as np
 from ..errors import UsageError
 from ..models.device import DTYPES
 from ..scorers.names import REF_FREE
+from .api_names import api_name
 from .lent import device_of, dtype_of
 from .options import COMPAT, ENGINES, LOGPROB_IMPLS, MODES, ScoreOptions
 
@@ -25,49 +26,40 @@ CHOICES = {"mode": MODES, "ref_free": REF_FREE, "dtype": DTYPES, "compat": COMPA
            "engine": ENGINES}
 
 
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
 def _choice(name: str, value: str) -> str:
-    """`value` among the option's choices, or click's own line for it (what the CLI prints)."""
+    """`value` among the option's choices, else a one-line error naming the keyword argument."""
     if value in CHOICES[name]:
         return value
-    import click
-
-    param = click.Option([_flag(name)], type=click.Choice(CHOICES[name]))
-    try:
-        return param.type.convert(value, param, None)
-    except click.BadParameter as e:
-        raise UsageError(e.format_message()) from None
+    raise UsageError(f"{api_name(name, value)}: expected one of {', '.join(map(repr, CHOICES[name]))}")
 
 
 def _value(name: str, value, annotation: str):
-    """`value` checked against the option's type, as click converts the CLI's (one-line errors in its words)."""
+    """`value` checked against the option's type, as click converts the CLI's (one-line errors that
+    name the keyword argument: `limit='x': not a valid integer`)."""
     kinds = [k.strip() for k in str(annotation).split("|")]
     if value is None and "None" in kinds:
         return None
-    kind, bad = kinds[0], f"Invalid value for '{_flag(name)}': {value!r} is not a valid"
+    kind, bad = kinds[0], f"{api_name(name, value)}: not a valid"
     if kind == "bool":
         if isinstance(value, (bool, np.bool_)):
             return bool(value)
-        raise UsageError(f"{bad} boolean.")
+        raise UsageError(f"{bad} boolean (True or False)")
     if kind == "int":
         if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
             return int(value)
-        raise UsageError(f"{bad} integer.")
+        raise UsageError(f"{bad} integer")
     if kind == "float":
         if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
             return float(value)
-        raise UsageError(f"{bad} float.")
-    if kind == "tuple":  # --domains: repeated, or separated with commas
+        raise UsageError(f"{bad} float")
+    if kind == "tuple":  # domains: a name, names separated with commas, or a list of them
         items = (value,) if isinstance(value, str) else tuple(value) if isinstance(value, (list, tuple)) else None
         if items is None or not all(isinstance(x, str) for x in items):
-            raise UsageError(f"{bad} list of names.")
+            raise UsageError(f"{bad} list of names")
         return items
     if isinstance(value, (str, os.PathLike)):
         return _choice(name, os.fspath(value)) if name in CHOICES else os.fspath(value)
-    raise UsageError(f"{bad} string.")
+    raise UsageError(f"{bad} string")
 
 
 def option_values(given: dict) -> dict:
@@ -83,7 +75,7 @@ def option_values(given: dict) -> dict:
             out[name] = _value(name, value, known[name])
         else:
             near = difflib.get_close_matches(name, [*known, *FLAGS], n=1)
-            raise UsageError(f"No such option: {name}" + (f" Did you mean {near[0]}?" if near else ""))
+            raise UsageError(f"no such option: {name}=" + (f"; did you mean {near[0]}=?" if near else ""))
     return out
 
 
@@ -97,13 +89,13 @@ def _where(asked_device, asked_dtype, lent, what: str):
         try:
             want = torch.device(asked_device)
         except RuntimeError as e:
-            raise UsageError(f"--device {asked_device}: not a device ({e})") from None
+            raise UsageError(f"{api_name('device', asked_device)}: not a device ({e})") from None
         if want.type != dev.type or want.index not in (None, dev.index):
-            raise UsageError(f"--device {asked_device}: the loaded {what} is on {dev}, where it is scored (it is never "
-                             "moved: move it first, or leave device out)")
+            raise UsageError(f"{api_name('device', asked_device)}: the loaded {what} is on {dev}, where it is scored "
+                             "(it is never moved: move it first, or leave device out)")
     if asked_dtype not in (None, dtype):
-        raise UsageError(f"--dtype {asked_dtype}: the loaded {what} is {dtype}, in which it is scored (it is never "
-                         "cast: cast it first, or leave dtype out)")
+        raise UsageError(f"{api_name('dtype', asked_dtype)}: the loaded {what} is {dtype}, in which it is scored (it "
+                         "is never cast: cast it first, or leave dtype out)")
     if dtype not in DTYPES:
         raise UsageError(f"the loaded {what} is {dtype}: models are scored in {', '.join(DTYPES)}")
     return dev, dtype

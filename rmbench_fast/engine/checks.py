@@ -13,75 +13,83 @@ from ..errors import UsageError
 from ..inputs.layout import sequence_name
 from ..inputs.tokenize import Encoded
 from ..models.kinds import architectures, is_reward_model
+from .api_names import cli_name
 from .options import (COMPAT, DEVICE_MAPS, DTYPES, ENGINES, LOGPROB_IMPLS, MODES, REF_FREE, SCORED_OPTIONS,
                       ScoreOptions, max_memory_budgets)
 
 
-def check_options(o: ScoreOptions):
+def check_options(o: ScoreOptions, name=cli_name):
+    """Options that do not fit, each a one-line UsageError; `name` (engine.api_names) says how the
+    message names an option: the CLI's flags by default, the Python API's keyword arguments for it."""
+    def one_of(field, choices):
+        return f"{name(field, getattr(o, field))}: expected one of {', '.join(choices)}"
+
     if o.mode not in MODES:
-        raise UsageError(f"--mode {o.mode}: expected one of {', '.join(MODES)}")
+        raise UsageError(one_of("mode", MODES))
     if o.ref_free is not None and o.ref_free not in REF_FREE:
-        raise UsageError(f"--ref-free {o.ref_free}: expected one of {', '.join(REF_FREE)}")
+        raise UsageError(one_of("ref_free", REF_FREE))
     if o.ref_free is not None and o.ref_model is not None:
-        raise UsageError("--ref-free and --ref-model exclude each other: the reference-free rewards use no reference")
+        raise UsageError(f"{name('ref_free')} and {name('ref_model')} exclude each other: the reference-free rewards "
+                         "use no reference")
     if o.engine not in ENGINES:
-        raise UsageError(f"--engine {o.engine}: expected one of {', '.join(ENGINES)}")
+        raise UsageError(one_of("engine", ENGINES))
     if o.num_workers < 1:
-        raise UsageError("--num-workers must be at least 1")
+        raise UsageError(f"{name('num_workers')} must be at least 1")
     if o.compat is not None and o.compat not in COMPAT:
-        raise UsageError(f"--compat {o.compat}: the only compatibility mode is 'official'")
+        raise UsageError(f"{name('compat', o.compat)}: the only compatibility mode is 'official'")
     if o.dtype is not None and o.dtype not in DTYPES:
-        raise UsageError(f"--dtype {o.dtype}: expected one of {', '.join(DTYPES)}")
+        raise UsageError(one_of("dtype", DTYPES))
     if o.logprob_impl not in LOGPROB_IMPLS:
-        raise UsageError(f"--logprob-impl {o.logprob_impl}: expected one of {', '.join(LOGPROB_IMPLS)}")
-    if o.max_tokens_per_batch is not None and o.max_tokens_per_batch < 1:
-        raise UsageError("--max-tokens-per-batch must be at least 1")
-    if o.max_batch_size is not None and o.max_batch_size < 1:
-        raise UsageError("--max-batch-size must be at least 1")
-    if o.prefix_cache_mb is not None and o.prefix_cache_mb < 1:
-        raise UsageError("--prefix-cache-mb must be at least 1")
+        raise UsageError(one_of("logprob_impl", LOGPROB_IMPLS))
+    for field in ("max_tokens_per_batch", "max_batch_size", "prefix_cache_mb", "limit"):
+        if getattr(o, field) is not None and getattr(o, field) < 1:
+            raise UsageError(f"{name(field)} must be at least 1")
     if o.tp < 1:
-        raise UsageError("--tp must be at least 1")
+        raise UsageError(f"{name('tp')} must be at least 1")
     if o.engine == "ray" and o.gpus_per_worker > 1 and o.tp == 1:
-        raise UsageError(f"--gpus-per-worker {o.gpus_per_worker:g}: a worker's model goes over its GPUs as a "
-                         f"tensor-parallel group, one rank a GPU: pass --tp {o.gpus_per_worker:g} too")
+        raise UsageError(f"{name('gpus_per_worker', o.gpus_per_worker)}: a worker's model goes over its GPUs as a "
+                         f"tensor-parallel group, one rank a GPU: pass {name('tp', o.gpus_per_worker)} too")
     if o.engine == "ray" and o.gpus_per_worker > 0 and o.tp > 1 and o.tp != o.gpus_per_worker:
-        raise UsageError(f"--tp {o.tp} with --gpus-per-worker {o.gpus_per_worker:g}: each Ray worker's group has one "
-                         "rank a GPU: give both the same number (or --gpus-per-worker 0 for CPU workers)")
+        raise UsageError(f"{name('tp', o.tp)} with {name('gpus_per_worker', o.gpus_per_worker)}: each Ray worker's "
+                         f"group has one rank a GPU: give both the same number (or {name('gpus_per_worker', 0)} for "
+                         "CPU workers)")
     if o.tp > 1 and o.share_prefix:
-        raise UsageError(f"--tp {o.tp} with --share-prefix: shared prefixes are not kept across tensor-parallel "
-                         "ranks; use one of them")
-    check_placement(o)
+        raise UsageError(f"{name('tp', o.tp)} with {name('share_prefix')}: shared prefixes are not kept across "
+                         "tensor-parallel ranks; use one of them")
+    check_placement(o, name)
 
 
-def check_placement(o: ScoreOptions) -> None:
+def check_placement(o: ScoreOptions, name=cli_name) -> None:
     """--device-map, --max-memory and --offload-folder against each other and the other options."""
     try:
         budgets = max_memory_budgets(o.max_memory)
     except (ValueError, AttributeError) as e:
-        raise UsageError(f"--max-memory: {e}; give DEVICE=SIZE pairs, e.g. --max-memory 0=70GiB,cpu=200GiB") from None
+        example = name("max_memory", {"0": "70GiB", "cpu": "200GiB"})
+        raise UsageError(f"{name('max_memory')}: {e}; give DEVICE=SIZE pairs, e.g. {example}") from None
     if o.offload_folder is not None and not o.device_map:
-        raise UsageError("--offload-folder is where --device-map offloads to disk: pass --device-map auto too, or drop "
-                         "it")
+        raise UsageError(f"{name('offload_folder')} is where {name('device_map')} offloads to disk: pass "
+                         f"{name('device_map', 'auto')} too, or drop it")
     if not o.device_map:
         return
     if o.device_map not in DEVICE_MAPS:
-        raise UsageError(f"--device-map {o.device_map}: expected one of {', '.join(DEVICE_MAPS)}")
+        raise UsageError(f"{name('device_map', o.device_map)}: expected one of {', '.join(DEVICE_MAPS)}")
     if o.engine == "ray":
-        raise UsageError("--device-map places one model over this machine's devices, but --engine ray gives each "
-                         "worker a whole model: drop one of them (--gpus-per-worker N gives a Ray worker several GPUs)")
+        raise UsageError(f"{name('device_map')} places one model over this machine's devices, but "
+                         f"{name('engine', 'ray')} gives each worker a whole model: drop one of them "
+                         f"({name('gpus_per_worker')} gives a Ray worker several GPUs)")
     if (getattr(o, "tp", None) or 1) > 1:
-        raise UsageError("--device-map and --tp both split the model over the GPUs: choose one of them")
+        raise UsageError(f"{name('device_map')} and {name('tp')} both split the model over the GPUs: choose one of "
+                         "them")
     if o.device is not None and ":" in o.device:
-        raise UsageError(f"--device-map {o.device_map} spreads the model over every visible device, but --device "
-                         f"{o.device} names one: drop --device (choose the GPUs with CUDA_VISIBLE_DEVICES or "
-                         "--max-memory), or drop --device-map")
+        raise UsageError(f"{name('device_map', o.device_map)} spreads the model over every visible device, but "
+                         f"{name('device', o.device)} names one: drop {name('device')} (choose the GPUs with "
+                         f"CUDA_VISIBLE_DEVICES or {name('max_memory')}), or drop {name('device_map')}")
     if o.device is not None and o.device.startswith("cpu") and any(isinstance(k, int) for k in budgets):
-        raise UsageError("--max-memory names a GPU, but --device cpu places the model on the CPU (and disk) only: "
-                         "drop the GPU entries or --device cpu")
+        raise UsageError(f"{name('max_memory')} names a GPU, but {name('device', 'cpu')} places the model on the "
+                         f"CPU (and disk) only: drop the GPU entries or {name('device', 'cpu')}")
     if o.share_prefix:
-        raise UsageError("--share-prefix keeps each prompt's KV cache on one device, which --device-map does not "
-                         "give: drop one of them")
+        raise UsageError(f"{name('share_prefix')} keeps each prompt's KV cache on one device, which "
+                         f"{name('device_map')} does not give: drop one of them")
 
 
 def check_kind(path: str, config, mode: str, what: str) -> None:
@@ -219,7 +227,7 @@ def check_reference(o: ScoreOptions, run) -> None:
                          "log-probs must be of the same tokens")
 
 
-def check_output(o: ScoreOptions) -> None:
+def check_output(o: ScoreOptions, name=cli_name) -> None:
     """Refuse to mix runs: an output folder holding another run's results (different options) is an
     error unless --overwrite. The same command again is fine (it resumes or reuses)."""
     out = Path(o.output)
@@ -229,13 +237,14 @@ def check_output(o: ScoreOptions) -> None:
     try:
         before = json.loads(run_file.read_text())["options"]
     except (OSError, ValueError, KeyError, TypeError):
-        raise UsageError(f"--output {o.output}: holds results.json of an unknown run; pass --overwrite to replace "
-                         "it") from None
+        raise UsageError(f"{name('output', o.output)}: holds results.json of an unknown run; pass "
+                         f"{name('overwrite', True)} to replace it") from None
     now = asdict(o)
     changed = [k for k in SCORED_OPTIONS if json.dumps(before.get(k)) != json.dumps(now.get(k))]
     if changed:
-        raise UsageError(f"--output {o.output}: holds another run's results (different {', '.join(changed)}); "
-                         "pass --overwrite to replace them, or choose another folder")
+        raise UsageError(f"{name('output', o.output)}: holds another run's results (different "
+                         f"{', '.join(changed)}); pass {name('overwrite', True)} "
+                         "to replace them, or choose another folder")
 
 
 def context_check(samples, seqs: list[Encoded], config, compat: bool):

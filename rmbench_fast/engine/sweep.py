@@ -3,7 +3,9 @@
 Checkpoints are ordered by step. Each is scored by the engine into its own sub-folder; the result
 store makes the reference model's pass and the tokenization happen once for all of them (K + 1
 model passes for K DPO checkpoints instead of 2K), and makes a rerun after a crash recompute
-nothing that finished. sweep.csv and sweep.json are rewritten after every checkpoint.
+nothing that finished. sweep.csv and sweep.json are rewritten after every checkpoint. The sweep
+counts its model passes as distinct passes (Passes): the reference's once, however many checkpoints
+use it, each either computed or found in the store, so that K DPO checkpoints report K + 1 passes.
 
 Each checkpoint is compared with a baseline (the first, or --baseline) by a paired bootstrap on the
 same prompts (engine.versus): neighbouring checkpoints differ by a point or two, which a domain's
@@ -66,6 +68,49 @@ def find_checkpoints(models: tuple[str, ...] = (), pattern: str | None = None) -
     return sorted(out, key=lambda sp: (sp[0] is None, sp[0] if sp[0] is not None else 0))
 
 
+class Passes:
+    """The sweep's distinct model passes: a pass is named by its model's fingerprint (the reference's
+    is the same for every checkpoint), computed when any checkpoint computed it, else from the store.
+    Checkpoints read back from their folders look up no pass and add none."""
+
+    def __init__(self):
+        self.computed: dict[str, bool] = {}  # pass -> computed in this sweep
+        self.roles: dict[str, str] = {}
+
+    def add(self, role: str, info: dict) -> None:
+        """One checkpoint's pass of `role` (run.json's models[role]: its fingerprint and `cached`)."""
+        name = info.get("sha256") or info.get("stat_key") or f"{role}:{info.get('path')}"
+        self.computed[name] = self.computed.get(name, False) or not info.get("cached", False)
+        self.roles.setdefault(name, role)
+
+    def add_run(self, run: dict) -> None:
+        for role, info in (run.get("models") or {}).items():
+            self.add(role, info)
+
+    def counts(self) -> dict:
+        """sweep.json's counts: model_passes (distinct), model_passes_computed, model_passes_cached
+        (computed + cached = model_passes), reference_passes (those of a reference model)."""
+        computed = sum(self.computed.values())
+        return {"model_passes": len(self.computed), "model_passes_computed": computed,
+                "model_passes_cached": len(self.computed) - computed,
+                "reference_passes": sum(r == "ref_model" for r in self.roles.values())}
+
+
+def passes_line(result: dict, n_checkpoints: int) -> str:
+    """What the sweep's passes cost, as the command prints it: '4 model passes (3 checkpoints + 1
+    reference): 0 computed, 4 from the result store'; checkpoints read back are said apart."""
+    back = result["checkpoints_read_back"]
+    if back == n_checkpoints:
+        return (f"all {back} checkpoints finished before, read back from their folders or the result store: no model "
+                "pass looked up")
+    refs = result.get("reference_passes", 0)
+    scored = n_checkpoints - back
+    what = f"{scored} checkpoint{'s' if scored != 1 else ''}" + (f" + {refs} reference" if refs else "")
+    line = (f"{result['model_passes']} model passes ({what}): {result['model_passes_computed']} computed, "
+            f"{result['model_passes_cached']} from the result store")
+    return line + (f"; {back} checkpoint{'s' if back != 1 else ''} finished before, read back" if back else "")
+
+
 def _row(name: str, sub: str, path: str, step, summary: dict) -> dict:
     row = {"checkpoint": name, "dir": sub, "path": path, "step": step, "overall": summary["overall"],
            "hard": summary["hard"], "normal": summary["normal"], "easy": summary["easy"]}
@@ -119,12 +164,12 @@ def run_sweep(o: ScoreOptions, checkpoints: list[tuple[int | None, str]], output
     versus = Comparisons(b, subs[b], o.bootstrap)  # named by its sub-folder: unique among the checkpoints
     meta = {"options": {k: v for k, v in vars(o).items() if k != "model"}, "n_checkpoints": len(checkpoints),
             "started": time.strftime("%Y-%m-%d %H:%M:%S"), "baseline": versus.name}
-    reused = 0  # checkpoints finished before, read back from their folders (engine.finished)
+    passes = Passes()
     if o.engine == "ray":
-        rows, computed, cached, reused = _sweep_on_ray(o, checkpoints, subs, out, meta, hooks, echo, versus)
+        rows, reused = _sweep_on_ray(o, checkpoints, subs, out, meta, hooks, echo, versus, passes)
     else:
         store = None  # opened (and the scoring code imported) for the first checkpoint not finished before
-        rows, computed, cached, reused = [], 0, 0, 0
+        rows, reused = [], 0  # reused: checkpoints finished before, read back (engine.finished)
         reuse = {}  # the data and tokenizers every checkpoint shares, loaded once
         try:
             for k, ((step, path), sub) in enumerate(zip(checkpoints, subs)):
@@ -136,18 +181,16 @@ def run_sweep(o: ScoreOptions, checkpoints: list[tuple[int | None, str]], output
 
                     store = store or open_store(o)
                     run = score(ck, store=store, hooks=hooks, reuse=reuse, read_back=False)
-                computed += run.run["passes_computed"]
                 if run.run.get("reused"):  # its passes were not looked up at all
                     reused += 1
                 else:
-                    cached += run.run["passes"] - run.run["passes_computed"]
+                    passes.add_run(run.run)
                 rows.append(_row(Path(path).name, sub, path, step, run.summary))
                 samples = run.samples  # None: read back (its prompts' names from its results.json)
                 versus.add(k, run.chosen, run.rejected, None if samples is None else [s.domain for s in samples],
                            out / sub, None if samples is None else [s.name for s in samples], run.summary)
                 versus.fill(dict(enumerate(rows)))
-                _write_tables(out, rows, {**meta, "model_passes_computed": computed, "model_passes_cached": cached,
-                                          "checkpoints_read_back": reused})
+                _write_tables(out, rows, {**meta, **passes.counts(), "checkpoints_read_back": reused})
         finally:
             if store is not None:
                 store.close()
@@ -158,8 +201,7 @@ def run_sweep(o: ScoreOptions, checkpoints: list[tuple[int | None, str]], output
         t0 = time.perf_counter()
         plot_run(out)  # pictures whose inputs did not change are kept
         plots_s = time.perf_counter() - t0
-    return {"checkpoints": rows, "model_passes_computed": computed, "model_passes_cached": cached,
-            "checkpoints_read_back": reused, "plots_s": plots_s}
+    return {"checkpoints": rows, **passes.counts(), "checkpoints_read_back": reused, "plots_s": plots_s}
 
 
 def _checkpoint_task(o: ScoreOptions, store_dir: str) -> dict:
@@ -176,13 +218,14 @@ def _checkpoint_task(o: ScoreOptions, store_dir: str) -> dict:
     finally:
         store.close()
     samples = run.samples  # None: a finished run read back (engine.finished), as on the local path
-    return {"summary": run.summary, "passes": run.run["passes"], "passes_computed": run.run["passes_computed"],
+    return {"summary": run.summary, "models": run.run.get("models") or {},
             "reused": bool(run.run.get("reused")), "chosen": run.chosen, "rejected": run.rejected,
             "domains": None if samples is None else [s.domain for s in samples],
             "names": None if samples is None else [s.name for s in samples]}
 
 
-def _sweep_on_ray(o: ScoreOptions, checkpoints, subs, out: Path, meta: dict, hooks, echo, versus: Comparisons):
+def _sweep_on_ray(o: ScoreOptions, checkpoints, subs, out: Path, meta: dict, hooks, echo, versus: Comparisons,
+                  passes: Passes):
     """The reference pass first, spread over every worker; then one task per checkpoint, each running
     the local engine on some worker against the shared result store."""
     from .distributed import RayConfig, run_checkpoints_on_ray
@@ -194,7 +237,7 @@ def _sweep_on_ray(o: ScoreOptions, checkpoints, subs, out: Path, meta: dict, hoo
                          "on storage every worker sees)")
     store = open_store(o)
     cfg = RayConfig(o.ray_address, o.num_workers, o.gpus_per_worker)
-    computed = cached = reused = 0
+    reused = 0
     reuse = {}
     target, _ = run_target(o, reuse)  # every task computes there, so every key names it
     try:
@@ -202,7 +245,7 @@ def _sweep_on_ray(o: ScoreOptions, checkpoints, subs, out: Path, meta: dict, hoo
             echo(f"reference {o.ref_model}: one pass over {o.num_workers} workers")
             prep = prepare(replace(o, model=checkpoints[0][1]), store, reuse)
             ref = model_pass(prep, o, o.ref_model, "ref_model", store, hooks)
-            computed += 0 if ref.info["cached"] else 1
+            passes.add("ref_model", ref.info)
     finally:
         store.close()
     jobs = [(k, replace(o, model=path, output=str(out / sub), engine="local", progress=False,
@@ -211,17 +254,16 @@ def _sweep_on_ray(o: ScoreOptions, checkpoints, subs, out: Path, meta: dict, hoo
     rows = {}
     for k, result in run_checkpoints_on_ray(cfg, jobs, str(store.root), _checkpoint_task):
         step, path = checkpoints[k]
-        computed += result["passes_computed"]
         if result.get("reused"):  # read back by the worker: its passes were not looked up at all
             reused += 1
         else:
-            cached += result["passes"] - result["passes_computed"]
+            for role, info in result["models"].items():
+                passes.add(role, info)
         rows[k] = _row(Path(path).name, subs[k], path, step, result["summary"])
         versus.add(k, result["chosen"], result["rejected"], result["domains"], out / subs[k], result.get("names"),
                    result["summary"])
         versus.fill(rows)
         echo(f"done {Path(path).name} (step {step if step is not None else '-'})")
         ordered = [rows[i] for i in sorted(rows)]
-        _write_tables(out, ordered, {**meta, "model_passes_computed": computed, "model_passes_cached": cached,
-                                     "checkpoints_read_back": reused})
-    return [rows[i] for i in sorted(rows)], computed, cached, reused
+        _write_tables(out, ordered, {**meta, **passes.counts(), "checkpoints_read_back": reused})
+    return [rows[i] for i in sorted(rows)], reused

@@ -46,6 +46,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from ..engine.api import Result, build, option_values, result_of, score_built
+from ..engine.api_names import api_name
 from ..engine.checks import check_options
 from ..engine.lent import config_of, name_of
 from ..engine.options import ScoreOptions
@@ -141,7 +142,8 @@ class RMBenchCallback(TrainerCallback):
         if "quiet" not in options and "progress" not in options:
             options["quiet"] = True  # no progress bars inside the training's output
         # a bad option fails now, not at step N
-        check_options(ScoreOptions(model="-", ref_model=None if ref_model is None else "-", **option_values(options)))
+        check_options(ScoreOptions(model="-", ref_model=None if ref_model is None else "-", **option_values(options)),
+                      api_name)
         self.trainer, self.every, self.at_end, self.data = trainer, every, at_end, data
         self.ref_model, self.tokenizer, self.output, self.prefix, self.options = (ref_model, tokenizer, output,
                                                                                  prefix, options)

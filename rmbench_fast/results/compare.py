@@ -23,6 +23,7 @@ from .coverage import completeness
 from .files import read_results
 from .metrics import cells_from_scores, summarize_cells
 from .tables import small_note
+from .verdicts import KEYS, beside, pct, rate
 
 
 @dataclass
@@ -34,6 +35,8 @@ class Run:
     cells: np.ndarray  # [n, 3, 3]
     chosen: np.ndarray | None = None  # [n, 3] (or [n, 3, k]) scores of a scalar model; None for a judge's cells
     rejected: np.ndarray | None = None
+    # a judge's summary.json beside its results: its invalid_rate, failed_rate ... (results.verdicts)
+    validity: dict | None = None
 
 
 def load_run(path, name: str | None = None) -> Run:
@@ -56,7 +59,8 @@ def load_run(path, name: str | None = None) -> Run:
         chosen, rejected = data
         return Run(name or str(path), str(path), list(names), list(domains), cells_from_scores(chosen, rejected),
                    chosen, rejected)
-    return Run(name or str(path), str(path), list(names), list(domains), np.asarray(data[0], dtype=np.float64))
+    return Run(name or str(path), str(path), list(names), list(domains), np.asarray(data[0], dtype=np.float64),
+               validity=beside(p) or None)
 
 
 def align(runs: list[Run]) -> tuple[list[Run], dict[str, int]]:
@@ -75,7 +79,8 @@ def align(runs: list[Run]) -> tuple[list[Run], dict[str, int]]:
         pick = np.fromiter((index[k] for k in order), dtype=np.int64, count=len(order))
         left_out[r.name] = len(r.keys) - len(order)
         out.append(Run(r.name, r.path, order, [r.domains[i] for i in pick], r.cells[pick],
-                       None if r.chosen is None else r.chosen[pick], None if r.rejected is None else r.rejected[pick]))
+                       None if r.chosen is None else r.chosen[pick], None if r.rejected is None else r.rejected[pick],
+                       r.validity))
     return out, left_out
 
 
@@ -104,7 +109,9 @@ def compare_runs(runs: list[Run], baseline: int = 0, resamples: int = 10_000, se
     {"runs": {name: {metric: {"value", "low", "high"}}}, "pairs": [{"a": baseline name, "b": name,
      "metrics": {metric: {"diff" (b - a), "low", "high", "p", "significant"}}, "disagreements": [...]}],
      "method": {...}, "prompts": {"common": n, "left_out": {name: n}, "domains": {file domain: n},
-     "complete": bool, "note": None or what the common prompts' overall is (results.coverage)}}
+     "complete": bool, "note": None or what the common prompts' overall is (results.coverage)}}, and
+    when a run is a judge's with its summary.json: "validity": {name: {"invalid_rate", "failed_rate"}
+    (overall, over that run's own prompts; None for a run without them)}
 
     low / high / p are None when resamples is 0. "significant": the interval excludes 0."""
     if len(runs) < 2:
@@ -142,6 +149,9 @@ def compare_runs(runs: list[Run], baseline: int = 0, resamples: int = 10_000, se
     scoring = {d: {"n_prompts": len(pos)} for d, pos in intervals.layout(domains)}  # table order
     cover = completeness(scoring, {d: {"n_prompts": n} for d, n in sizes.items()})
     out["prompts"] = {"common": len(domains), "left_out": left_out, "domains": sizes, **cover}
+    if any(r.validity for r in runs):
+        out["validity"] = {r.name: None if not r.validity else {k: rate(r.validity, k, None) for k, _ in KEYS}
+                           for r in runs}
     return out
 
 
@@ -175,8 +185,12 @@ def format_comparison(result: dict) -> str:
     if prompts.get("note"):
         lines.append(f"note: {prompts['note']}")
     level = f"{100 * method['level']:g}%"
+    if result.get("validity"):
+        said = [f"{label[n]} " + ("-" if v is None else f"{pct(v['invalid_rate'])} (failed {pct(v['failed_rate'])})")
+                for n, v in result["validity"].items()]
+        lines.append(f"answers without a verdict (each run's own prompts): {', '.join(said)}")
     if method["resamples"]:
-        small = small_note(method.get("small_domains") or [])
+        small = small_note(method.get("small_domains") or [], prompts["domains"])
         lines += [small] if small else []
         lines.append(f"{level} intervals: {method['kind']} ({method['resamples']} resamples, seed {method['seed']}); "
                      f"differences: paired bootstrap (the same resampled prompts for both runs), two-sided p; "

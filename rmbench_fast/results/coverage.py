@@ -62,11 +62,13 @@ def _domain_said(d: str, c: dict) -> str | None:
     return f"{d} has the benchmark's number of prompts but not its files'{detail}" if detail else None
 
 
-def completeness(domains: dict, file_domains: dict | None = None) -> dict:
+def completeness(domains: dict, file_domains: dict | None = None, n_expected: dict | None = None) -> dict:
     """{"complete": bool, "note": None or one sentence}: complete when the overall is the paper's
     four-domain number (all four domains, each with all its prompts, nothing else averaged in, and,
-    given the summary's file_domains, each file with its own prompts)."""
-    c = coverage(domains, file_domains=file_domains)
+    given the summary's file_domains, each file with its own prompts). summary.json's `complete`,
+    every table's note and the leaderboard's rows follow this one rule (n_expected: other prompt
+    counts per domain than FULL_PROMPTS, for a caller's own benchmark)."""
+    c = coverage(domains, n_expected, file_domains)
     said = [f"{', '.join(c['missing'])} missing"] if c["missing"] else []
     said += [s for s in (_domain_said(d, c) for d in SCORE_DOMAINS if d in domains) if s]
     if c["extra"]:

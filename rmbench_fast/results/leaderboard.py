@@ -8,8 +8,11 @@ The leaderboard's definitions (its README, and the RM-Bench README's "Clarity on
 so (Easy + Normal + Hard) / 3 = Overall whenever all four domains are there. A row with a domain
 missing has '-' in that column, and its Easy/Normal/Hard/Overall average the domains present: not
 the leaderboard's numbers, which `warnings` says (the leaderboard's "Potentially Score Mismatch"
-column marks such rows "Not Available"); so does a domain with fewer prompts than the benchmark's
-(results.coverage holds that rule and the benchmark's prompt counts).
+column marks such rows "Not Available"); so does a domain with fewer prompts than the benchmark's,
+or a safety whose two files hold other counts than the benchmark's 284 and 157 even when their
+pooled count is 441 (results.coverage holds that rule, which summary.json's `complete` follows too,
+and the benchmark's prompt counts). A judge's rows add "No verdict" and "Failed" (its share of
+answers without a verdict and of failed requests, overall: results.verdicts).
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ import io
 
 from ..errors import DataError
 from ..inputs.data import SCORE_DOMAIN, SCORE_DOMAINS
-from .coverage import FULL_FILE_PROMPTS, FULL_PROMPTS, coverage
+from .coverage import FULL_FILE_PROMPTS, FULL_PROMPTS, completeness, coverage
+from .verdicts import high_domains, rate, validity_note
 
 COLUMNS = ("Model", "Chat", "Math", "Code", "Safety", "Easy", "Normal", "Hard", "Overall")
+JUDGE_COLUMNS = {"No verdict": "invalid_rate", "Failed": "failed_rate"}  # a judge's rows: its summary's rates
 DOMAIN_COLUMNS = {"Chat": "chat", "Math": "math", "Code": "code", "Safety": "safety"}
 LEVEL_COLUMNS = {"Easy": "easy", "Normal": "normal", "Hard": "hard"}
 _KEYS = ("hard", "normal", "easy", "avg", "n_prompts")
@@ -53,10 +58,12 @@ def row(summary: dict, name: str, n_expected: dict | None = None) -> dict:
 
     Keys: COLUMNS in order (Model; then percentages rounded to one decimal, None where a domain is
     missing), then "unrounded" (the same percentages at full precision), "n_prompts" (per
-    leaderboard domain, 0 where missing) and "complete" (all four domains, each with at least
-    n_expected's prompts; default FULL_PROMPTS). Easy/Normal/Hard/Overall average the leaderboard
-    domains present. A summary without any of them (items without a domain pool into "all") is a
-    DataError.
+    leaderboard domain, 0 where missing) and "complete" (results.coverage.completeness, the rule of
+    summary.json's `complete`, over the four domains: each with n_expected's prompts, default
+    FULL_PROMPTS and then each safety file with its own). A judge's summary adds "No verdict" and
+    "Failed" after Overall (percentages of its answers, when the summary has them). Easy/Normal/
+    Hard/Overall average the leaderboard domains present. A summary without any of them (items
+    without a domain pool into "all") is a DataError.
     """
     domains = _domains(summary, name)
     n_expected = FULL_PROMPTS if n_expected is None else n_expected
@@ -71,11 +78,17 @@ def row(summary: dict, name: str, n_expected: dict | None = None) -> dict:
     for col, k in LEVEL_COLUMNS.items():
         raw[col] = 100 * _mean([domains[d][k] for d in present])
     raw["Overall"] = _mean([raw[c] for c, d in DOMAIN_COLUMNS.items() if d in domains])
-    out = {"Model": name, **{c: round1(raw[c]) for c in COLUMNS[1:]}}
-    out["unrounded"] = {c: raw[c] for c in COLUMNS[1:]}
+    for col, key in JUDGE_COLUMNS.items():
+        if summary.get(key) is not None:
+            raw[col] = None if (r := rate(summary, key, None)) is None else 100 * r
+    out = {"Model": name, **{c: round1(raw[c]) for c in raw}}
+    out["unrounded"] = dict(raw)
     out["n_prompts"] = {d: int(domains[d]["n_prompts"]) if d in domains else 0 for d in SCORE_DOMAINS}
-    cover = coverage(domains, n_expected)  # the rule every table and report follows (results.coverage)
-    out["complete"] = not (cover["missing"] or cover["partial"])  # other domains are left out of the row
+    # the rule every table and report follows (results.coverage); other domains are left out of the row,
+    # and the safety files' split is checked against the benchmark's only with its prompt counts
+    board = {d: domains[d] for d in SCORE_DOMAINS if d in domains}
+    files = summary.get("file_domains") if n_expected == FULL_PROMPTS else None
+    out["complete"] = completeness(board, files, n_expected)["complete"]
     return out
 
 
@@ -97,9 +110,13 @@ def warnings(summary: dict, name: str, n_expected: dict | None = None) -> list[s
                        f"marks such a row 'Not Available')")
             continue
         n = int(domains[d]["n_prompts"])
+        split = coverage(domains, n_expected, files)["files"] if files and n_expected == FULL_PROMPTS else {}
+        parts = _file_parts(d, files)
+        if n == expected and any(SCORE_DOMAIN[f] == d for f in split):
+            out.append(f"{name}: {d} has the benchmark's {n} prompts but not its files'{parts}; {col}, Easy, Normal, "
+                       f"Hard and Overall are not the full benchmark's (potential score mismatch)")
         if expected is None or n == expected:
             continue
-        parts = _file_parts(d, files)
         if n < expected:
             out.append(f"{name}: {d} partial: {n} of the benchmark's {expected} prompts{parts}; {col}, Easy, Normal, "
                        f"Hard and Overall are not the full benchmark's (potential score mismatch; a --limit or "
@@ -111,6 +128,8 @@ def warnings(summary: dict, name: str, n_expected: dict | None = None) -> list[s
         if d not in SCORE_DOMAINS:
             out.append(f"{name}: {acc['n_prompts']} prompt(s) in domain {d!r}, not one of the leaderboard's "
                        f"({', '.join(SCORE_DOMAINS)}), left out of the row")
+    if high_domains(summary):
+        out.append(f"{name}: {validity_note(summary)[len('note: '):]}")
     return out
 
 
@@ -128,17 +147,23 @@ def _file_parts(domain: str, files: dict) -> str:
 
 
 def _cell(r: dict, col: str, missing: str) -> str:
-    v = r[col]
+    v = r.get(col)
     if col == "Model":
         return str(v)
     return missing if v is None else f"{v:.1f}"
 
 
+def columns(rows: list[dict]) -> tuple[str, ...]:
+    """COLUMNS, then a judge's No verdict / Failed when a row has them."""
+    return COLUMNS + tuple(c for c in JUDGE_COLUMNS if any(c in r for r in rows))
+
+
 def to_markdown(rows: list[dict]) -> str:
     """A Markdown table, the leaderboard's way: Model left-aligned, numbers right-aligned with one
-    decimal, '-' where a domain is missing; ends with a newline."""
-    cells = [list(COLUMNS)] + [[_cell(r, c, "-").replace("|", "\\|") for c in COLUMNS] for r in rows]
-    widths = [max(3, *(len(line[i]) for line in cells)) for i in range(len(COLUMNS))]
+    decimal, '-' where a domain (or a judge's rate) is missing; ends with a newline."""
+    cols = columns(rows)
+    cells = [list(cols)] + [[_cell(r, c, "-").replace("|", "\\|") for c in cols] for r in rows]
+    widths = [max(3, *(len(line[i]) for line in cells)) for i in range(len(cols))]
     rule = "|:" + "-" * (widths[0] + 1) + "|" + "|".join("-" * (w + 1) + ":" for w in widths[1:]) + "|"
 
     def line(values):
@@ -152,7 +177,8 @@ def to_csv(rows: list[dict]) -> str:
     """CSV with the columns as header, numbers with one decimal, an empty cell where a domain is missing."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(COLUMNS)
+    cols = columns(rows)
+    w.writerow(cols)
     for r in rows:
-        w.writerow([_cell(r, c, "") for c in COLUMNS])
+        w.writerow([_cell(r, c, "") for c in cols])
     return buf.getvalue()

@@ -15,20 +15,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import textwrap
 from pathlib import Path
 
-from . import coverage, tables
+from . import coverage, figure_style, tables
 from .describe import about_line, read_run, run_facts, sweep_facts
 from .report import run_report, sweep_report, sweep_table  # noqa: F401  (sweep_table: long imported from here)
+from .figure_style import LEVEL_COLOURS, domain_colours, wrap
 from .tables import bounds
 
 STAMP_KEY = "rmbench-fast-inputs"
 
 STYLE_LABELS = ("concise", "detailed", "markdown")
 LEVELS = ("hard", "normal", "easy")
-
-
 def _pyplot():
     import matplotlib
 
@@ -39,11 +37,11 @@ def _pyplot():
 
 
 def stamp(*inputs) -> str:
-    """What a picture shows: its inputs and the code that draws them (this module, and the rules for
-    intervals and notes it reads)."""
+    """What a picture shows: its inputs and the code that draws them (this module, its colours and
+    titles, and the rules for intervals and notes it reads)."""
     from ..store.fingerprints import sha256_text
 
-    code = hashlib.sha256(b"".join(Path(m.__file__).read_bytes() for m in (tables, coverage))
+    code = hashlib.sha256(b"".join(Path(m.__file__).read_bytes() for m in (tables, coverage, figure_style))
                           + Path(__file__).read_bytes()).hexdigest()
     return sha256_text(code, inputs)
 
@@ -82,8 +80,8 @@ def _draw(path, want: str, build) -> Path:
 
 def _title(fig, about: str | None, note: str | None = None) -> None:
     """What the picture is, and when the overall is not the paper's, above everything."""
-    lines = textwrap.wrap(about, 130) if about else []
-    lines += textwrap.wrap(f"note: {note}", 130) if note else []
+    lines = wrap(about) if about else []
+    lines += wrap(f"note: {note}") if note else []
     if lines:
         fig.suptitle("\n".join(lines), fontsize=7.5)
 
@@ -96,11 +94,11 @@ def matrices_figure(summary: dict, about: str | None = None, plt=None):
     fig, axes = plt.subplots(1, len(domains), figsize=(3.3 * len(domains) + 1.2, 3.9), squeeze=False,
                              layout="constrained")
     for k, (ax, d) in enumerate(zip(axes[0], domains)):
-        m = summary["matrices"][d]
-        im = ax.imshow(m, vmin=0, vmax=1, cmap="RdYlGn")
+        m = [[100 * x for x in r] for r in summary["matrices"][d]]  # percent, as the cells and the bar say
+        im = ax.imshow(m, vmin=0, vmax=100, cmap="RdYlGn")
         for i in range(3):
             for j in range(3):
-                ax.text(j, i, f"{100 * m[i][j]:.0f}", ha="center", va="center", fontsize=10)
+                ax.text(j, i, f"{m[i][j]:.0f}", ha="center", va="center", fontsize=10)
         ax.set_xticks(range(3), STYLE_LABELS, fontsize=8)
         ax.set_yticks(range(3), STYLE_LABELS if k == 0 else [], fontsize=8)
         ax.set_xlabel("rejected style", fontsize=8)
@@ -109,7 +107,7 @@ def matrices_figure(summary: dict, about: str | None = None, plt=None):
         acc = summary["domains"][d]
         ax.set_title(f"{d}: avg {100 * acc['avg']:.1f}\nhard {100 * acc['hard']:.0f} / normal "
                      f"{100 * acc['normal']:.0f} / easy {100 * acc['easy']:.0f}", fontsize=9)
-    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.85, label="accuracy")
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.85, label="accuracy (%)")
     _title(fig, about, coverage.summary_completeness(summary)["note"])
     return fig
 
@@ -145,6 +143,7 @@ def scores_figure(summary: dict, about: str | None = None, plt=None):
         values, ivs = zip(*((v, bounds(summary, name)) for v, name in (_metric(summary, g, level) for g in groups)))
         xs = np.arange(len(groups)) + (k - 1.5) * width
         ax.bar(xs, [100 * v for v in values], width, label=level, alpha=0.9 if level == "avg" else 0.75,
+               color=LEVEL_COLOURS[level],
                yerr=_err(values, ivs) if any(ivs) else None, capsize=2, error_kw={"elinewidth": 0.8})
     ax.axhline(50, color="grey", linestyle=":", linewidth=0.8)  # a coin's accuracy
     ax.set_xticks(range(len(groups)), groups)
@@ -181,6 +180,7 @@ def sweep_figure(rows: list[dict], about: str | None = None, intervals=None, plt
     xs = [r["step"] for r in rows] if steps else list(range(len(rows)))
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.4), layout="constrained")
     domains = [k[:-4] for k in rows[0] if k.endswith("_avg")] if rows else []
+    colours = {**LEVEL_COLOURS, **domain_colours(domains)}
     # (axes, row key, interval metric, style, marker without steps, band opacity)
     series = [(a1, "overall", "overall", "-o", "o", 0.15)] + [(a1, k, k, "--", "x", 0.07) for k in LEVELS]
     series += [(a2, f"{d}_avg", d, "-o", "o", 0.15) for d in domains]
@@ -188,15 +188,15 @@ def sweep_figure(rows: list[dict], about: str | None = None, intervals=None, plt
         ys = [100 * r[key] if r.get(key) is not None else float("nan") for r in rows]
         spans = [bounds({"intervals": iv}, name) if iv else None for iv in ivs]
         if steps:
-            line, = ax.plot(xs, ys, style, label=name)
+            ax.plot(xs, ys, style, label=name, color=colours[name])
             if any(spans):
                 ax.fill_between(xs, [100 * s[0] if s else float("nan") for s in spans],
-                                [100 * s[1] if s else float("nan") for s in spans], color=line.get_color(),
+                                [100 * s[1] if s else float("nan") for s in spans], color=colours[name],
                                 alpha=alpha, linewidth=0)
         else:  # separate models: no line between them; points side by side, each with its interval
             offset = 0.08 * ((n if ax is a1 else n - 4) - 1.5)
             ax.errorbar([x + offset for x in xs], ys, yerr=_err([y / 100 for y in ys], spans) if any(spans) else None,
-                        fmt=marker, capsize=3, label=name)
+                        fmt=marker, capsize=3, label=name, color=colours[name])
     labels = [str(r["checkpoint"]) for r in rows]
     for ax, title in ((a1, "RM-Bench accuracy"), (a2, "per domain (avg)")):
         if steps:

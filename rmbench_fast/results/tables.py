@@ -1,6 +1,8 @@
 """A summary as a table: printed (format_table) and in report.md (markdown_table), with the same
 rows, the 95% intervals when the summary has them, and the note that says when the overall is not
-the paper's four-domain number (results.coverage).
+the paper's four-domain number (results.coverage). A judge's summary (its `invalid_rate`, and
+`failed_rate` when it has one: judges.validity) adds a "no verdict" and a "failed" column, and a
+note when a domain's answers without a verdict are above INVALID_NOTE_RATE.
 
 A cell with an interval reads '62.50 ±4.1': the value and half the interval's width, in points; the
 last column gives the average's interval itself, [low, high] (a bootstrap interval need not be
@@ -10,6 +12,7 @@ symmetric about the value).
 from __future__ import annotations
 
 from .coverage import summary_completeness
+from .verdicts import validity_cells, validity_head, validity_note
 
 LEVELS = ("hard", "normal", "easy")
 HEAD = ("domain", "prompts", "hard", "normal", "easy", "avg")
@@ -39,17 +42,19 @@ def _span(iv) -> str:
 
 def rows(summary: dict) -> list[tuple[str, ...]]:
     """Header, one row per scoring domain, then overall; with an interval column when the summary has
-    intervals."""
+    intervals, and a judge's "no verdict" / "failed" columns when it has them (results.verdicts)."""
     level = level_label(summary)
     with_iv = level is not None
-    out = [HEAD + ((f"{level} interval of avg",) if with_iv else ())]
+    out = [HEAD + ((f"{level} interval of avg",) if with_iv else ()) + validity_head(summary)]
     for d, acc in summary["domains"].items():
         ivs = [bounds(summary, f"{d}/{k}") for k in LEVELS] + [bounds(summary, d)]
         cells = [_cell(acc[k], iv) for k, iv in zip(LEVELS + ("avg",), ivs)]
-        out.append((d, str(acc["n_prompts"]), *cells, *((_span(ivs[-1]),) if with_iv else ())))
+        out.append((d, str(acc["n_prompts"]), *cells, *((_span(ivs[-1]),) if with_iv else ()),
+                    *validity_cells(summary, d)))
     ivs = [bounds(summary, k) for k in LEVELS + ("overall",)]
     cells = [_cell(summary[k], iv) for k, iv in zip(LEVELS + ("overall",), ivs)]
-    out.append(("overall", str(summary["n_prompts"]), *cells, *((_span(ivs[-1]),) if with_iv else ())))
+    out.append(("overall", str(summary["n_prompts"]), *cells, *((_span(ivs[-1]),) if with_iv else ()),
+                *validity_cells(summary, None)))
     return out
 
 
@@ -76,14 +81,34 @@ def small_domains(summary: dict) -> list[str]:
     return of_domains([f for f, acc in files.items() for _ in range(min(int(acc["n_prompts"]), MIN_PROMPTS))])
 
 
-def small_note(domains: list[str]) -> str | None:
-    """The note for intervals of domains with too few prompts, or None."""
+def file_counts(summary: dict) -> dict[str, int]:
+    """{file domain: prompts} of a summary's file_domains ({} when it has none)."""
+    files = summary.get("file_domains")
+    if not isinstance(files, dict):
+        return {}
+    return {f: int(acc["n_prompts"]) for f, acc in files.items() if isinstance(acc, dict) and "n_prompts" in acc}
+
+
+def small_note(domains: list[str], files: dict[str, int] | None = None) -> str | None:
+    """The note for intervals of `domains` (scoring domains with too few prompts), or None; with
+    `files` ({file domain: prompts}), each domain says which of its files is small and how many
+    prompts it has: 'safety (safety-response 4 prompts)', not the pooled domain's count."""
+    from ..inputs.data import SCORE_DOMAIN
     from .intervals import MIN_PROMPTS
 
     if not domains:
         return None
-    return (f"note: intervals of {', '.join(domains)} (fewer than {MIN_PROMPTS} prompts) understate the uncertainty "
-            f"(a bootstrap over so few prompts is coarse and too narrow; with one prompt its width is 0)")
+    said = []
+    for d in domains:
+        small = [(f, n) for f, n in (files or {}).items() if SCORE_DOMAIN.get(f, f) == d and n < MIN_PROMPTS]
+        if not small:
+            said.append(f"{d} (fewer than {MIN_PROMPTS} prompts)")
+        elif [f for f, _ in small] == [d]:
+            said.append(f"{d} ({small[0][1]} prompt{'s' if small[0][1] != 1 else ''})")
+        else:
+            said.append(f"{d} ({', '.join(f'{f} {n} prompt' + ('s' if n != 1 else '') for f, n in small)})")
+    return (f"note: intervals of {', '.join(said)} understate the uncertainty (a file domain of fewer than "
+            f"{MIN_PROMPTS} prompts gives a coarse, too narrow bootstrap; with one prompt its width is 0)")
 
 
 def _count(x) -> str:
@@ -97,9 +122,12 @@ def notes(summary: dict) -> list[str]:
     note = summary_completeness(summary)["note"]
     if note:
         out.append(f"note: {note}")
+    judged = validity_note(summary)
+    if judged:
+        out.append(judged)
     level = level_label(summary)
     if level is not None:
-        small = small_note(small_domains(summary))
+        small = small_note(small_domains(summary), file_counts(summary))
         if small:
             out.append(small)
         method = summary["intervals"].get("method") or {}

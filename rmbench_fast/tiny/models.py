@@ -99,6 +99,23 @@ def save_model(model, tokenizer, dest) -> Path:
 TRIO = {"rm": "rm", "policy": "lm", "reference": "lm"}  # folder -> build_model kind
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def readable(folder) -> None:
+    """The folder and everything under it with the modes of ordinary files (0666 / 0777 less the
+    umask: 0644 / 0755 under the usual 022): a temporary folder is made 0700, and safetensors writes
+    its file 0600, which other users (a shared cache, a container's other user) could not read."""
+    mask = _umask()
+    root = Path(folder)
+    root.chmod(0o777 & ~mask)
+    for p in root.rglob("*"):
+        p.chmod((0o777 if p.is_dir() else 0o666) & ~mask)
+
+
 def build_trio(dest, tokenizer, dtype=None, seeds: tuple[int, int, int] = (0, 1, 2), **config) -> dict[str, Path]:
     """A reward model, a DPO policy and a reference sharing `tokenizer` (llama_config(**config),
     vocabulary from the tokenizer unless given), under dest/{rm,policy,reference}. Built once:
@@ -115,6 +132,7 @@ def build_trio(dest, tokenizer, dtype=None, seeds: tuple[int, int, int] = (0, 1,
             model = build_model(kind, llama_config(**config), seed)
             save_model(model if dtype is None else model.to(dtype), tokenizer, tmp / name)
         (tmp / "COMPLETE").write_text("ok\n")
+        readable(tmp)
         if dest.exists():
             shutil.rmtree(dest)
         os.replace(tmp, dest)

@@ -88,7 +88,7 @@ def test_the_top_level_shows_the_stages():
 
 def test_the_engine_stays_thin():
     """The engine and the Ray workers reach scorers only through the interface: no mode tests."""
-    for name in ("score.py", "distributed.py", "sweep.py", "runner.py"):
+    for name in ("score.py", "scaleout/distributed.py", "sweep.py", "runner.py"):
         text = (PACKAGE / "engine" / name).read_text()
         assert 'mode == "rm"' not in text and 'mode == "dpo"' not in text, name
     text = (PACKAGE / "store" / "caching.py").read_text()

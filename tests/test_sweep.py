@@ -180,7 +180,7 @@ def test_ray_path_counts_checkpoints_its_workers_read_back(run_dir, tmp_path, mo
     """--engine ray, its Ray calls replaced by this process (tests/test_ray.py runs the real thing
     where Ray is installed): a rerun's workers read every finished checkpoint back, and the sweep
     counts them as read back, as the local engine does, not as passes found in the store."""
-    import rmbench_fast.engine.distributed as distributed
+    import rmbench_fast.engine.scaleout.distributed as distributed
     import rmbench_fast.engine.prepare as prepare
 
     real_target = prepare.run_target

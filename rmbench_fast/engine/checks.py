@@ -13,13 +13,13 @@ from ..errors import UsageError
 from ..inputs.layout import sequence_name
 from ..inputs.tokenize import Encoded
 from ..models.kinds import architectures, is_reward_model
-from .api_names import cli_name
+from .option_names import cli_name
 from .options import (COMPAT, DEVICE_MAPS, DTYPES, ENGINES, LOGPROB_IMPLS, MODES, REF_FREE, SCORED_OPTIONS,
                       ScoreOptions, max_memory_budgets)
 
 
 def check_options(o: ScoreOptions, name=cli_name):
-    """Options that do not fit, each a one-line UsageError; `name` (engine.api_names) says how the
+    """Options that do not fit, each a one-line UsageError; `name` (engine.option_names) says how the
     message names an option: the CLI's flags by default, the Python API's keyword arguments for it."""
     def one_of(field, choices):
         return f"{name(field, getattr(o, field))}: expected one of {', '.join(choices)}"

@@ -48,7 +48,7 @@ class ScoreOptions:
     adapter: str | None = None  # a reward-model adapter by name (rmbench_fast.adapters); default: chosen from the model
     logprob_impl: str = "auto"  # LOGPROB_IMPLS (DPO log-prob path)
     share_prefix: bool = False  # compute each prompt's shared prefix once (causal decoders)
-    tp: int = 1  # tensor-parallel ranks of each pass (engine.tensor_parallel)
+    tp: int = 1  # tensor-parallel ranks of each pass (engine.scaleout.tensor_parallel)
     prefix_cache_mb: int | None = None  # memory for prefix caches at a time (default: 1 GiB CPU, 1/10 GPU)
     cache: bool = True  # the result store: reuse finished work, resume interrupted work
     cache_dir: str | None = None  # default: $RMBENCH_CACHE/store or ~/.cache/rmbench-fast/store

@@ -33,8 +33,8 @@ from ..scorers import Scorer, make_scorer
 from ..store.entries import Store
 from ..store.fingerprints import data_fingerprint, tokenizer_fingerprint
 from ..store.keys import tokenized_key
+from .api.lent import Given, config_of, dtype_of, name_of
 from .checks import check_options, check_run, context_check
-from .lent import Given, config_of, dtype_of, name_of
 from .options import DEFAULT_MAX_TOKENS, ScoreOptions
 
 log = logging.getLogger("rmbench_fast")
@@ -63,7 +63,7 @@ def run_target(o: ScoreOptions, reuse: dict | None = None) -> tuple[Target, obje
     On Ray the workers compute: decided from what one of them has, not from this process."""
     if o.engine != "ray":
         return local_target(o.device), None
-    from .distributed import RayConfig, probe_workers
+    from .scaleout.distributed import RayConfig, probe_workers
 
     reuse = {} if reuse is None else reuse
     key = ("ray-target", o.ray_address, o.gpus_per_worker, o.device, o.logprob_impl)
@@ -77,7 +77,7 @@ def load_run(o: ScoreOptions, store: Store, reuse: dict | None = None, given: Gi
     """What the run names, loaded. reuse: what earlier runs of this process loaded (a sweep's
     checkpoints share their data, and usually their tokenizer files): the data by selection, a
     tokenizer by the fingerprint of its files, so identical files load once. given: models and a
-    tokenizer already loaded (engine.lent), read instead of o.model / o.ref_model / o.tokenizer."""
+    tokenizer already loaded (engine.api.lent), read instead of o.model / o.ref_model / o.tokenizer."""
     from ..adapters import select
 
     reuse = {} if reuse is None else reuse
@@ -140,7 +140,7 @@ class Prepared:
     tokenize_cached: bool
     load_s: float = 0.0  # load_run and check_run: data, configs, tokenizers, what each model is
     names: object = None  # how errors name sequence i (a callable); None: layout.sequence_name
-    given: Given | None = None  # models lent in memory (engine.lent): their passes use them as they are
+    given: Given | None = None  # models lent in memory (engine.api.lent): their passes use them as they are
 
     def name(self, i: int) -> str:
         from ..inputs.layout import sequence_name

@@ -23,9 +23,9 @@ import torch
 from ..errors import UsageError
 from ..inputs.batching import Batch, halves
 from ..models.device import OUT_OF_MEMORY
-from ..models.placement import input_device, placed, placement_of
 from ..models.memory import cpu_peak
-from .lent import device_of, lend
+from ..models.placement import input_device, placed, placement_of
+from .api.lent import device_of, lend
 from .runtime import keep_freed_memory
 
 CPU_PEAK_ENV = "RMBENCH_CPU_PEAK"  # "1": measure a CPU pass's peak (run.json: memory.measured)
@@ -92,7 +92,7 @@ def measured(model, device, activation_peak: int | None) -> dict:
 def model_for_pass(scorer, path: str, lent, dtype, device, trust_remote_code: bool, allow_pickle_weights: bool,
                    plan=None):
     """(model, device, info) for one pass: the scorer's model at `path` loaded onto `device` in
-    `dtype` (or placed over the devices: plan.placement), or a model lent in memory (engine.lent) as
+    `dtype` (or placed over the devices: plan.placement), or a model lent in memory (engine.api.lent) as
     it is, on its own device, lent back as it was when the pass ends. plan: the pass's
     engine.preflight.PassPlan, checked before loading (a model that will not fit is a UsageError)
     and recorded in info["memory"] with the measured peak. The device yielded is where inputs go:

@@ -22,9 +22,9 @@ from ..store.entries import Store
 from ..store.fingerprints import model_fingerprint
 from ..store.keys import pass_key
 from ..store.paths import store_root
+from .api.lent import describe as describe_lent
 from .checks import check_output
 from .finished import file_hashes, finished_run, keep_run, run_stamp, stored_run
-from .lent import describe as describe_lent
 from .options import ScoreOptions
 from .preflight import pass_plan, placement_key
 from .prepare import Prepared, prepare
@@ -42,7 +42,7 @@ def open_store(o: ScoreOptions) -> Store:
 
 def _local(prep: Prepared, o: ScoreOptions, model_path: str, lent=None):
     """compute(todo, arrays, on_batch) for a pass in this process; lent: the model, loaded by the
-    caller (engine.lent), instead of loading the one at model_path."""
+    caller (engine.api.lent), instead of loading the one at model_path."""
 
     def compute(todo, arrays, on_batch):
         t0 = time.perf_counter()
@@ -92,7 +92,7 @@ def model_pass(prep: Prepared, o: ScoreOptions, model_path: str, role: str, stor
     """One model over every sequence, through the store. hooks(role, batch) runs after each batch
     (tests count forward calls and inject failures with it). A model lent in memory (prep.given) has
     no files: its pass is computed on it as it is, and neither looked up in the store nor kept there
-    (engine.lent), unless prep.given holds its result from an earlier run."""
+    (engine.api.lent), unless prep.given holds its result from an earlier run."""
     lent, fp, kept = _lent_pass(prep, role)
     if kept is not None:
         return kept
@@ -104,7 +104,7 @@ def model_pass(prep: Prepared, o: ScoreOptions, model_path: str, role: str, stor
     key = None
     model_key = fp["sha256"] or fp.get("stat_key")  # stat_key: --no-cache, results kept in memory only
     if model_key and prep.tok_key:
-        code = prep.scorer.code_modules() + (("rmbench_fast.engine.tensor_parallel",) if o.tp > 1 else ())
+        code = prep.scorer.code_modules() + (("rmbench_fast.engine.scaleout.tensor_parallel",) if o.tp > 1 else ())
         key = pass_key(code, model_key, prep.tok_key, prep.target.gpu, prep.precision.int8,
                        prep.plan is not None, str(prep.dtype), prep.device.type, *prep.scorer.pass_key(),
                        prep.max_tokens, o.max_batch_size, *(prep.plan.key() if prep.plan is not None else ()),
@@ -117,11 +117,11 @@ def model_pass(prep: Prepared, o: ScoreOptions, model_path: str, role: str, stor
         raise UsageError(f"--tp {o.tp}: {'a model loaded in memory' if lent is not None else '8-bit weights'} "
                          "cannot be split over ranks; give its path / another --dtype")
     if o.engine == "ray":
-        from .distributed import RayConfig, ray_compute
+        from .scaleout.distributed import RayConfig, ray_compute
 
         compute = ray_compute(RayConfig(o.ray_address, o.num_workers, o.gpus_per_worker), prep, o, model_path)
     elif o.tp > 1:
-        from .tensor_parallel import tp_compute
+        from .scaleout.tensor_parallel import tp_compute
 
         compute = tp_compute(prep, o, model_path)
     else:
@@ -186,7 +186,7 @@ def score(o: ScoreOptions, store: Store | None = None, hooks=None, reuse: dict |
         if done is not None:  # the same run finished into another folder: its files, from the store
             return done
         warm_metrics()  # numba's import overlaps the loading and the passes
-        prep = prepare(o, store, reuse, given)  # given: models lent in memory (engine.lent), never stamped
+        prep = prepare(o, store, reuse, given)  # given: models lent in memory (engine.api.lent), never stamped
         passes = {role: model_pass(prep, o, path, role, store, hooks) for role, path in prep.scorer.roles(o)}
         result = finish(prep, o, passes, t_start, store, stamp, started)
         keep_run(store, stamp, o.output)

@@ -208,7 +208,7 @@ def _checkpoint_task(o: ScoreOptions, store_dir: str) -> dict:
     """One checkpoint on a Ray worker: the local engine against the shared store, on the device the
     driver decided (o.device) and this worker must have."""
     from ..store.entries import Store
-    from .ray_worker import check_worker_device
+    from .scaleout.ray_worker import check_worker_device
     from .score import score
 
     check_worker_device(o.device)
@@ -228,7 +228,7 @@ def _sweep_on_ray(o: ScoreOptions, checkpoints, subs, out: Path, meta: dict, hoo
                   passes: Passes):
     """The reference pass first, spread over every worker; then one task per checkpoint, each running
     the local engine on some worker against the shared result store."""
-    from .distributed import RayConfig, run_checkpoints_on_ray
+    from .scaleout.distributed import RayConfig, run_checkpoints_on_ray
     from .prepare import run_target
     from .score import model_pass, open_store, prepare
 

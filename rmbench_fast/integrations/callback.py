@@ -6,7 +6,7 @@ training, every N steps, through the trainer's own reporting.
     trainer.train()
 
 What it scores: the trainer's model objects as they are (the Python API's in-memory path,
-engine.lent): a reward model, or a DPO policy against the reference the trainer holds
+engine.api.lent): a reward model, or a DPO policy against the reference the trainer holds
 (`trainer.ref_model`, TRL's), or `ref_model=` given here. A causal LM trained by a trainer without
 a reference attribute is scored reference-free (`ref_free`, default avg), as the CLI scores a DPO
 model without --ref-model; a DPO trainer whose ref_model is None (TRL's PEFT or precomputed
@@ -26,7 +26,7 @@ the same options and weights (a resumed run reaching it again) is read back and 
 
 Without disturbing training: only the main process scores; the model is scored in eval mode without
 gradients on its own device and dtype (under bf16 / fp16 training, without accelerate's autocast
-wrapper: engine.lent), and handed back with every module's training flag as it was; the RNG states
+wrapper: engine.api.lent), and handed back with every module's training flag as it was; the RNG states
 (Python, numpy, torch, CUDA) are restored; gradients are never touched. With several processes
 (DDP), the others wait at a barrier while it scores; FSDP and DeepSpeed ZeRO-3 are refused.
 
@@ -45,10 +45,10 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from ..engine.api import Result, build, option_values, result_of, score_built
-from ..engine.api_names import api_name
+from ..engine.api.lent import config_of, name_of
+from ..engine.api.run import Result, build, option_values, result_of, score_built
 from ..engine.checks import check_options
-from ..engine.lent import config_of, name_of
+from ..engine.option_names import api_name
 from ..engine.options import ScoreOptions
 from ..errors import UsageError
 from ..inputs.data import HUB_DEFAULT
@@ -103,7 +103,7 @@ def _unwrap(trainer, model):
     """The model under accelerate's wrappers (DDP, DeepSpeed's engine, torch.compile's OptimizedModule:
     unwrap_model keeps that one unless told not to), as the trainer saves it. Under bf16 / fp16 the
     object's forward stays accelerate's autocast wrapper (the trainer trains through it): each pass
-    sets it aside (engine.lent.plain_forward)."""
+    sets it aside (engine.api.lent.plain_forward)."""
     acc = getattr(trainer, "accelerator", None)
     if acc is None or model is None:
         return model

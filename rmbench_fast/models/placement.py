@@ -25,7 +25,7 @@ class Placement:
 
 @dataclass(frozen=True)
 class TensorParallel:
-    """--tp N, inside one rank of the group (engine.tensor_parallel): transformers' own tensor
+    """--tp N, inside one rank of the group (engine.scaleout.tensor_parallel): transformers' own tensor
     parallelism over the process group this rank has joined (`distributed_config` where the installed
     version has it, else 4.x's `tp_plan="auto"`, which spans the whole group). Modules the plan does
     not name (an adapter's head) are replicated on every rank."""

@@ -1,6 +1,6 @@
 """The Python API's options (engine.api): keyword options checked and converted as the command line's
 click options convert theirs, with one-line errors that name the keyword argument (`limit='x'`, not
-`--limit`: engine.api_names), and the device and dtype of models lent in memory, which are the run's.
+`--limit`: engine.option_names), and the device and dtype of models lent in memory, which are the run's.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from dataclasses import fields
 
 import numpy as np
 
-from ..errors import UsageError
-from ..models.device import DTYPES
-from ..scorers.names import REF_FREE
-from .api_names import api_name
+from ...errors import UsageError
+from ...models.device import DTYPES
+from ...scorers.names import REF_FREE
+from ..option_names import api_name
+from ..options import COMPAT, ENGINES, LOGPROB_IMPLS, MODES, ScoreOptions
 from .lent import device_of, dtype_of
-from .options import COMPAT, ENGINES, LOGPROB_IMPLS, MODES, ScoreOptions
 
 NAMED = ("model", "ref_model", "data", "tokenizer")  # score's own parameters
 FLAGS = {"no_cache": "cache", "quiet": "progress"}  # the CLI's flags that turn an option off

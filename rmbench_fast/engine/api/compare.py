@@ -6,7 +6,7 @@ A sweep folder (`sweep --output DIR`) stands for its checkpoints' run folders in
 the same model are told apart by what differs between them: their training step (the folder they
 were written to, `step-500` or `checkpoint-500`), else their options (`limit=1`), else their order
 (`run 2`), never refused as "a run given twice". A bad option is one line naming its keyword
-(`level=2`), as engine.api_names names them.
+(`level=2`), as engine.option_names names them.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import numbers
 import os
 from pathlib import Path
 
-from ..errors import UsageError
-from .api_names import api_name
-from .options import SCORED_OPTIONS
-from .result import Result
+from ...errors import UsageError
+from ..option_names import api_name
+from ..options import SCORED_OPTIONS
+from ..result import Result
 
 UNLABELLED = ("progress", "overwrite", "output")  # options that say nothing of what a run measured
 
@@ -35,13 +35,13 @@ class Comparison(dict):
     table the CLI prints."""
 
     def table(self) -> str:
-        from ..results.compare import format_comparison
+        from ...results.compare import format_comparison
 
         return format_comparison(self)
 
 
 def _step(r: Result) -> int | None:
-    from .sweep import checkpoint_step
+    from ..sweep import checkpoint_step
 
     return checkpoint_step(r.output) if r.output else None
 
@@ -84,7 +84,7 @@ def labels(given: list[tuple[int, Result]]) -> dict[int, str]:
 def _entries(runs: list, names: list) -> list[tuple[object, str | None, object]]:
     """(run, name, its sweep Checkpoint or None) per run compared: a sweep folder given becomes its
     checkpoints' run folders, named `<name>/<sub-folder>` when it has a name."""
-    from ..results.sweep_folder import checkpoints, is_sweep
+    from ...results.sweep_folder import checkpoints, is_sweep
 
     for i, r in enumerate(runs):
         if isinstance(r, Result):
@@ -108,7 +108,7 @@ def _entries(runs: list, names: list) -> list[tuple[object, str | None, object]]
 
 def _baseline(entries, baseline) -> int:
     """baseline= as an index into the runs compared (a sweep counts one run per checkpoint)."""
-    from ..results.sweep_folder import matches
+    from ...results.sweep_folder import matches
 
     if isinstance(baseline, bool) or not isinstance(baseline, int):
         at = [k for k, (r, _, _) in enumerate(entries) if _same_run(r, baseline)]
@@ -151,8 +151,8 @@ def compare(*runs, baseline=0, names=None, bootstrap: int = 10_000, seed: int = 
     Result's model, told apart from another Result of the same model by step, options or order; a
     sweep's checkpoints are `<name>/<sub-folder>`); bootstrap, seed, level, top: the CLI's options
     of the same names (resamples, 0 for none; the seed; the intervals' level; prompts listed per pair)."""
-    from ..results.compare import Run, compare_runs, load_run
-    from ..results.metrics import cells_from_scores
+    from ...results.compare import Run, compare_runs, load_run
+    from ...results.metrics import cells_from_scores
 
     _check(bootstrap, seed, level, top)
     runs = list(runs)

@@ -1,8 +1,8 @@
 """--tp N: model passes over N tensor-parallel ranks that this process starts and supervises.
 
-A Group is N rank processes (engine.tp_rank) that load the model once with transformers' own
+A Group is N rank processes (engine.scaleout.tp_rank) that load the model once with transformers' own
 tensor parallelism and then run the lists of batches this process sends them: a local pass sends
-its whole list once; a Ray worker (engine.ray_worker) keeps a group over its GPUs and sends each
+its whole list once; a Ray worker (engine.scaleout.ray_worker) keeps a group over its GPUs and sends each
 unit it is given. This process is not a rank: it holds the store and the results, and rank 0 sends
 it each batch's outputs. Keeping the supervisor out of the collectives is what keeps one rank's
 failure from hanging the others: a rank that runs out of memory says so and stops; the supervisor
@@ -26,8 +26,8 @@ from multiprocessing.connection import wait
 
 import numpy as np
 
-from ..errors import UsageError
-from ..inputs.batching import halves
+from ...errors import UsageError
+from ...inputs.batching import halves
 from .tp_rank import rank_main
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..errors import UsageError
+from ...errors import UsageError
 
 
 @dataclass

@@ -16,7 +16,7 @@ import signal
 
 import numpy as np
 
-from ..errors import RmbenchError, UsageError
+from ...errors import RmbenchError, UsageError
 
 
 def _node() -> str:
@@ -30,7 +30,7 @@ def _worker_target(device: str):
     node when a promised GPU is not there."""
     import socket
 
-    from ..models.device import local_target, missing_gpu
+    from ...models.device import local_target, missing_gpu
 
     if device != "cpu":
         why = missing_gpu()
@@ -49,7 +49,7 @@ def check_worker_device(device: str) -> None:
 def probe(device: str, logprob_impl: str) -> tuple:
     """Runs as a task with a worker's resources: the Target a worker has and how --logprob-impl
     resolves there (or why it cannot run there: the driver raises that if the run is a DPO run)."""
-    from ..scorers import resolve_logprob_impl
+    from ...scorers import resolve_logprob_impl
 
     target = _worker_target(device)
     try:
@@ -75,8 +75,8 @@ class Worker:
             self.error = e
 
     def _load(self, scorer, model_path, dtype, target, trust_remote_code, allow_pickle, tp, threads):
-        from ..scorers import resolve_logprob_impl
-        from .runner import load_for_pass
+        from ...scorers import resolve_logprob_impl
+        from ..runner import load_for_pass
 
         here = _worker_target(target.device.type)
         if here.gpu != target.gpu:  # its keys would name another GPU than the one computing
@@ -105,9 +105,9 @@ class Worker:
         """seqs: the unit's sequences (tokenize.Encoded); batches: (index list into them, max length);
         names: how errors name each; plan: the unit's (prefix, group, wave) arrays when prompt
         prefixes are shared."""
-        from ..inputs.batching import Batch
-        from ..inputs.prefix import PrefixKV, PrefixPlan
-        from .runner import run_batches
+        from ...inputs.batching import Batch
+        from ...inputs.prefix import PrefixKV, PrefixPlan
+        from ..runner import run_batches
 
         if self.error is not None:
             raise self.error

@@ -1,4 +1,4 @@
-"""One rank of a --tp group (engine.tensor_parallel starts them): a process of its own that joins the
+"""One rank of a --tp group (engine.scaleout.tensor_parallel starts them): a process of its own that joins the
 group (torch.distributed: NCCL on GPUs, one GPU a rank; gloo on CPU), loads the model as its scorer
 does with transformers' tensor-parallel plan applied (models.placement.TensorParallel), and then
 runs the lists of batches its supervisor sends, in the order sent, the same on every rank. Rank 0
@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 
-from ..errors import UsageError, one_line
+from ...errors import UsageError, one_line
 
 # "RANK:BATCHES[:PATH]": that rank SIGKILLs itself after that many batches (drills); with PATH, only
 # the first rank to remove the file PATH does (one death among the groups of several Ray workers)
@@ -40,7 +40,7 @@ def _kill_armed() -> bool:
 def _load(job, device):
     """The model of `job` over the process group, as its scorer loads it (an adapter's own class and
     head included) with transformers' tensor-parallel plan applied (models.placement.TensorParallel)."""
-    from ..models.placement import TensorParallel, placed
+    from ...models.placement import TensorParallel, placed
 
     with placed(TensorParallel(job["n"])):
         return job["scorer"].load(job["path"], job["dtype"], device, job["trust_remote_code"],
@@ -71,7 +71,7 @@ def rank_main(rank: int, job: dict, conn) -> None:
     import torch.distributed as dist
     from datetime import timedelta
 
-    from ..models.device import OUT_OF_MEMORY
+    from ...models.device import OUT_OF_MEMORY
 
     n = job["n"]
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(n))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import RmbenchError, UsageError, one_line
+from ...errors import RmbenchError, UsageError, one_line
 from .ray_worker import Worker, probe
 
 MAX_ATTEMPTS = 3

@@ -5,12 +5,12 @@ where a command line and a round trip through disk get in the way.
 `max_batch_size=8`, `--no-cache` / `-q` are `no_cache=True` / `quiet=True`) with the same defaults,
 and runs the same engine the CLI runs, so for the same options its summary is the CLI's; a bad
 option is a one-line exception (errors.UsageError) as on the CLI, naming the keyword argument
-(`limit=0`) where the CLI names its flag (engine.api_names). `model`, `ref_model` and
+(`limit=0`) where the CLI names its flag (engine.option_names). `model`, `ref_model` and
 `tokenizer` are paths (local folders or hub ids) or objects already loaded: those are lent to the
-run (engine.lent) and scored as they are, on their own device and in their own dtype, with no
+run (engine.api.lent) and scored as they are, on their own device and in their own dtype, with no
 files written or read for them (a loaded policy and reference share one dtype; a policy or reference
-given by its path is loaded where the loaded one is, in its dtype: engine.api_options, which also
-checks the options). `compare` (engine.api_compare) wraps results.compare for run folders, results
+given by its path is loaded where the loaded one is, in its dtype: engine.api.options, which also
+checks the options). `compare` (engine.api.compare) wraps results.compare for run folders, results
 files, sweep folders and the Results `score` returns.
 """
 
@@ -20,18 +20,17 @@ import json
 import os
 from pathlib import Path
 
-from ..errors import UsageError
-from ..inputs.data import HUB_DEFAULT
-from ..store.atomic import atomic_write_json
-from .api_compare import Comparison, compare  # noqa: F401  (the API: rmbench_fast.compare)
-from .api_names import api_name
-from .api_options import option_values, where
-from .checks import check_options, check_output
+from ...errors import UsageError
+from ...inputs.data import HUB_DEFAULT
+from ...store.atomic import atomic_write_json
+from ..checks import check_options, check_output
+from ..option_names import api_name
+from ..options import ScoreOptions
+from ..result import Result
 from .lent import Given, name_of
-from .options import ScoreOptions
-from .result import Result
+from .options import option_values, where
 
-__all__ = ["Comparison", "Result", "build", "compare", "option_values", "result_of", "score", "score_built"]
+__all__ = ["Result", "build", "option_values", "result_of", "score", "score_built"]
 
 
 def result_of(scored, o: ScoreOptions) -> Result:
@@ -41,7 +40,7 @@ def result_of(scored, o: ScoreOptions) -> Result:
         samples = scored.samples
         ids, domains, subsets = [s.id for s in samples], [s.domain for s in samples], [s.subset for s in samples]
     else:
-        from ..results.files import read_scores
+        from ...results.files import read_scores
 
         items = json.loads((Path(o.output) / "results.json").read_text())
         _, _, domains, subsets, _ = read_scores(Path(o.output) / "results.json")
@@ -102,8 +101,8 @@ def build(model, ref_model=None, data=HUB_DEFAULT, tokenizer=None, **options) ->
 
 def score_built(o: ScoreOptions, given: Given | None = None, reuse: dict | None = None):
     """The engine's ScoreRun for built options: the CLI's own path when everything is a path (a run
-    finished before is read back), else a run of the lent objects (never read back: engine.lent)."""
-    from .score import score as run_score
+    finished before is read back), else a run of the lent objects (never read back: engine.api.lent)."""
+    from ..score import score as run_score
 
     scored = run_score(o, reuse=reuse) if given is None else run_score(o, reuse=reuse, read_back=False, given=given)
     if scored.run.get("tokenizer_in_memory") is None:

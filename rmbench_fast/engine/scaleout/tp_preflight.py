@@ -11,8 +11,8 @@ of activations must fit there.
 
 from __future__ import annotations
 
-from .options import ScoreOptions, max_memory_budgets
-from .preflight import available_ram, batch_activations, free_bytes, gib
+from ..options import ScoreOptions, max_memory_budgets
+from ..preflight import available_ram, batch_activations, free_bytes, gib
 
 
 def tp_estimate(prep, o: ScoreOptions, path: str, batches) -> dict | None:
@@ -20,8 +20,8 @@ def tp_estimate(prep, o: ScoreOptions, path: str, batches) -> dict | None:
     fits (with the refusal's line when not); None when the weights cannot be counted."""
     import torch
 
-    from ..models.loading import load_config
-    from ..models.memory import Shape, model_weights
+    from ...models.loading import load_config
+    from ...models.memory import Shape, model_weights
 
     n = o.tp
     config = prep.config if path == o.model else load_config(path, o.trust_remote_code)

@@ -16,7 +16,7 @@ from .compare import compare
 from .data import data
 from .judge import judge
 from .leaderboard import leaderboard
-from .options import default, score_options, scoring_options
+from .options import benchmark_options, default, score_options, scoring_options
 
 
 def _debug() -> bool:
@@ -103,7 +103,13 @@ def _print_run(run, summary, out_dir):
     from ..results.describe import about_line, run_facts
     from ..results.metrics import format_table
 
-    click.echo(format_table(summary, about_line(run_facts(run))))
+    other = summary.get("benchmark") not in (None, "rm-bench")
+    if other:
+        from ..engine.benchmarks import table
+
+        click.echo(table(summary))
+    else:
+        click.echo(format_table(summary, about_line(run_facts(run))))
     if run.get("reused"):
         where = f"the result store (computed into {run['reused_from']})" if run.get("read_from") == "store" else out_dir
         return click.echo(f"\nfinished before with the same inputs, options, code and versions: read back from "
@@ -114,15 +120,17 @@ def _print_run(run, summary, out_dir):
                f"pass(es) computed in {run['score_s']:.1f} s: {speed}; "
                f"{run['truncated']['sequences']} sequences truncated")
     if out_dir:
-        click.echo(f"results: {out_dir}/results.json (and .jsonl), {out_dir}/summary.json, {out_dir}/run.json")
+        files = f"{out_dir}/results.jsonl" if other else f"{out_dir}/results.json (and .jsonl)"
+        click.echo(f"results: {files}, {out_dir}/summary.json, {out_dir}/run.json")
 
 
 @main.command()
 @click.option("--model", required=True, help="Reward model or DPO policy: a local folder or a hub id.")
 @click.option("--output", "-o", default=None, help="Folder for results.json, summary.json and run.json.")
+@benchmark_options
 @scoring_options
 def score(model, output, **kw):
-    """Score a reward model or DPO model on RM-Bench and print its accuracy.
+    """Score a reward model or DPO model on RM-Bench (or another benchmark: --benchmark) and print its accuracy.
 
     Writes results.json (the official per-sample format), summary.json and run.json (options,
     versions, model fingerprints, token counts, throughput, truncation) into --output; without it

@@ -117,3 +117,17 @@ def score_options(model, output, kw) -> ScoreOptions:
     given.update(model=model, output=output, domains=tuple(kw["domains"]), cache=not kw["no_cache"],
                  progress=not kw["quiet"])
     return ScoreOptions(**given)
+
+
+def benchmark_options(f):
+    """`score`'s choice of benchmark (engine.benchmarks)."""
+    from ..engine.options import BENCHMARK_NAMES
+
+    f = click.option("--tie-credit", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+                     help="--benchmark pairs: what a tie between chosen and rejected counts (0: wrong, 0.5: "
+                          "half).")(f)
+    return click.option("--benchmark", type=click.Choice(BENCHMARK_NAMES), default=None,
+                        help="The benchmark --data holds: rm-bench, reward-bench (RewardBench v1: sections weighted "
+                             "as its leaderboard), reward-bench-2 (best-of-N, Ties), pairs (your own TRL-format "
+                             "preference pairs) [default: detected from the data; a line says which when it is "
+                             "not RM-Bench].")(f)

@@ -16,6 +16,9 @@ MODES = ("auto", "rm", "dpo")
 LOGPROB_IMPLS = ("auto", "triton", "torch", "plain")
 COMPAT = ("official",)
 ENGINES = ("local", "ray")
+# the benchmarks `score` runs (engine.benchmarks; rules: rmbench_fast.tasks)
+RM_BENCH = "rm-bench"
+BENCHMARK_NAMES = (RM_BENCH, "reward-bench", "reward-bench-2", "pairs")
 # accelerate's placements (transformers' from_pretrained device_map strings): auto spreads the model
 # over the visible devices as the official run_rm.py loads it
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
@@ -58,6 +61,8 @@ class ScoreOptions:
     gpus_per_worker: float = 0.0
     overwrite: bool = False  # replace another run's results in `output`
     allow_pickle_weights: bool = False  # pickle weights (.bin) can run code when loaded
+    benchmark: str | None = None  # engine.benchmarks.BENCHMARK_NAMES; default: detected from --data
+    tie_credit: float = 0.0  # pairs: what a tie counts (0: wrong, as everywhere else)
     device_map: str | None = None  # DEVICE_MAPS: accelerate places the model over the visible devices (models.loading)
     # bytes per device, as accelerate takes them: {"0": "70GiB", "cpu": "200GiB"} (keys: GPU index, cpu, disk);
     # with device_map what it may put where, and for the pre-flight the memory it may count on

@@ -56,6 +56,7 @@ class Loaded:
     ref_config: object  # None without --ref-model
     ref_tokenizer: object  # None unless --ref-model is a folder with tokenizer files
     fmt: ChatFormat
+    benchmark: str  # engine.benchmarks: rm-bench, or the benchmark whose rows `samples` holds
 
 
 def run_target(o: ScoreOptions, reuse: dict | None = None) -> tuple[Target, object]:
@@ -84,10 +85,17 @@ def load_run(o: ScoreOptions, store: Store, reuse: dict | None = None, given: Gi
     target, logprob_impl = run_target(o, reuse)
     from .finished import stats
 
+    from .benchmarks import RM_BENCH, benchmark_of, load_samples
+    from .benchmarks import check as check_benchmark
+
+    benchmark = benchmark_of(o)
+    check_benchmark(o, benchmark)
     # with the files' stats: data edited during a sweep is loaded again, never stamped as what it was not
-    data_key = ("data", str(o.data), tuple(o.domains or ()), o.limit, json.dumps(stats(Path(o.data).expanduser())))
+    data_key = ("data", benchmark, o.tie_credit, str(o.data), tuple(o.domains or ()), o.limit,
+                json.dumps(stats(Path(o.data).expanduser())))
     if data_key not in reuse:
-        reuse[data_key] = load_dataset(o.data, domains=o.domains, limit=o.limit)
+        reuse[data_key] = (load_dataset(o.data, domains=o.domains, limit=o.limit) if benchmark == RM_BENCH
+                           else load_samples(o, benchmark))
     samples = reuse[data_key]
     given = given or Given({})
     lent, lent_ref = given.model("model"), given.model("ref_model")
@@ -117,7 +125,7 @@ def load_run(o: ScoreOptions, store: Store, reuse: dict | None = None, given: Gi
             ref_fp = tokenizer_fingerprint(o.ref_model, store.hashes)
             ref_tokenizer = _tokenizer(o.ref_model, ref_fp, o.trust_remote_code, reuse, store, o.chat_template)
     return Loaded(target, logprob_impl, samples, config, tok_path, tok_fp, tokenizer, adapter, mode, ref_config, ref_tokenizer,
-                  ChatFormat(tokenizer, o.chat_template))
+                  ChatFormat(tokenizer, o.chat_template), benchmark)
 
 
 @dataclass
@@ -141,6 +149,7 @@ class Prepared:
     load_s: float = 0.0  # load_run and check_run: data, configs, tokenizers, what each model is
     names: object = None  # how errors name sequence i (a callable); None: layout.sequence_name
     given: Given | None = None  # models lent in memory (engine.api.lent): their passes use them as they are
+    benchmark: str = "rm-bench"  # engine.benchmarks: what the samples are and how finish aggregates them
 
     def name(self, i: int) -> str:
         from ..inputs.layout import sequence_name
@@ -246,4 +255,5 @@ def prepare(o: ScoreOptions, store: Store, reuse: dict | None = None, given: Giv
         batch_lengths = lengths
         batches = make_batches(lengths, max_tokens, o.max_batch_size)
     return Prepared(samples, scorer, config, tokenizer, fmt, seqs, lengths, batches, max_tokens, plan, batch_lengths,
-                    target, precision, tok_key, tokenize_s, cached is not None, load_s, given=given)
+                    target, precision, tok_key, tokenize_s, cached is not None, load_s, given=given,
+                    benchmark=run.benchmark)

@@ -23,6 +23,8 @@ from ..store.fingerprints import model_fingerprint
 from ..store.keys import pass_key
 from ..store.paths import store_root
 from .api.lent import describe as describe_lent
+from . import benchmarks
+from .benchmarks import RM_BENCH
 from .checks import check_output
 from .finished import file_hashes, finished_run, keep_run, run_stamp, stored_run
 from .options import ScoreOptions
@@ -141,6 +143,8 @@ def finish(prep: Prepared, o: ScoreOptions, passes: dict, t_start: float, store:
     that lets the same run again read them back: engine.finished)."""
     t_finish = time.perf_counter()
     scores = prep.scorer.rewards({role: p.arrays for role, p in passes.items()})
+    if prep.benchmark != RM_BENCH:
+        return _finish_benchmark(prep, o, passes, t_start, store, started, t_finish, scores)
     chosen, rejected = split_scores(scores, len(prep.samples))
     samples = prep.samples
     summary = summarize(chosen, rejected, [s.domain for s in samples], [s.subset for s in samples],
@@ -158,6 +162,26 @@ def finish(prep: Prepared, o: ScoreOptions, passes: dict, t_start: float, store:
     if o.output:
         atomic_write_json(Path(o.output) / "run.json", run)
     return ScoreRun(samples, chosen, rejected, summary, run)
+
+
+def _finish_benchmark(prep: Prepared, o: ScoreOptions, passes: dict, t_start: float, store: Store, started,
+                      t_finish: float, scores) -> ScoreRun:
+    """finish for another benchmark than RM-Bench (engine.benchmarks): its numbers, results.jsonl,
+    summary.json and run.json, never stamped (so never read back instead of computed)."""
+    samples = prep.samples
+    summary = benchmarks.summarize(o, prep.benchmark, samples, scores)
+    if prep.benchmark == "reward-bench-2" and prep.scorer.mode == "dpo":
+        summary["official"] = False  # run_v2.py scores reward models only: a DPO mode of our own
+    run = run_info(prep, o, passes, store, t_start)
+    run["benchmark"] = prep.benchmark
+    if o.output:
+        benchmarks.write(o.output, prep.benchmark, samples, scores, summary)
+    run["timing"] = timing(run, passes, started, t_start, t_finish)
+    if o.output:
+        atomic_write_json(Path(o.output) / "run.json", run)
+    rows = benchmarks.per_row(samples, scores)
+    return ScoreRun(samples, [r[:len(s.chosen)] for s, r in zip(samples, rows)],
+                    [r[len(s.chosen):] for s, r in zip(samples, rows)], summary, run)
 
 
 def score(o: ScoreOptions, store: Store | None = None, hooks=None, reuse: dict | None = None,
@@ -189,7 +213,8 @@ def score(o: ScoreOptions, store: Store | None = None, hooks=None, reuse: dict |
         prep = prepare(o, store, reuse, given)  # given: models lent in memory (engine.api.lent), never stamped
         passes = {role: model_pass(prep, o, path, role, store, hooks) for role, path in prep.scorer.roles(o)}
         result = finish(prep, o, passes, t_start, store, stamp, started)
-        keep_run(store, stamp, o.output)
+        if prep.benchmark == RM_BENCH:  # another benchmark's run is never read back (engine.benchmarks)
+            keep_run(store, stamp, o.output)
         return result
     finally:
         if own_store:

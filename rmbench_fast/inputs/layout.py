@@ -1,9 +1,11 @@
 """The sequence layout of a run, in one place.
 
-Every prompt contributes six sequences, consecutive: for each style (concise, detailed plain,
-detailed markdown) the chosen response, then the rejected one. Sequence i belongs to prompt
+Every RM-Bench prompt contributes six sequences, consecutive: for each style (concise, detailed
+plain, detailed markdown) the chosen response, then the rejected one. Sequence i belongs to prompt
 i // 6, style (i % 6) // 2, and is rejected when i is odd. Tokenization, batching, prefix sharing,
-the scorers' outputs and the results all use this order.
+the scorers' outputs and the results all use this order. A row of another benchmark
+(engine.benchmarks) lists its own `responses` (its chosen, then its rejected): its sequences are
+those, consecutive, in that order.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ PER_PROMPT = 2 * len(STYLES)
 
 
 def responses(sample) -> list[str]:
-    """A sample's six responses in layout order."""
+    """A sample's responses in layout order: RM-Bench's six, or another benchmark's row's own."""
+    own = getattr(sample, "responses", None)
+    if own is not None:
+        return list(own)
     return [resp for k in range(len(STYLES)) for resp in (sample.chosen[k], sample.rejected[k])]
 
 
@@ -26,7 +31,13 @@ def full_texts(samples, fmt) -> list[str]:
 
 
 def sequence_name(samples, i: int) -> str:
-    """How errors name sequence i of a run: sample, side and style."""
+    """How errors name sequence i of a run: sample, side and style (another benchmark's: row, side, index)."""
+    if samples and getattr(samples[0], "responses", None) is not None:
+        for s in samples:
+            if i < len(s.responses):
+                side, k = ("chosen", i) if i < len(s.chosen) else ("rejected", i - len(s.chosen))
+                return f"row {s.name}, {side} response {k}"
+            i -= len(s.responses)
     return f"sample {samples[i // PER_PROMPT].name}, {'rejected' if i % 2 else 'chosen'} {STYLES[(i % PER_PROMPT) // 2]}"
 
 

@@ -1,0 +1,176 @@
+"""Scoring another preference benchmark than RM-Bench (`score --benchmark NAME`, or detected from the
+data): its rows (rmbench_fast.tasks) become samples that every scorer encodes as it encodes
+RM-Bench's (the prompt through the chat format, each response after it), each response gets one
+score, and the benchmark turns the scores into its own numbers: summary.json holds `benchmark`,
+`score`, `subsets` and (RewardBench) `sections`, as fractions; results.jsonl holds every response's
+score, so that each number can be recomputed from them.
+
+Not yet (issue 33, said where asked): conversational prompts (lists of messages), --compat official
+(each script's truncation), --share-prefix, --engine ray, --tp, --domains, sweeps, judges, intervals.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import UsageError
+from ..inputs.data import HUB_DEFAULT
+from ..store.atomic import atomic_write_json, atomic_write_text
+from .options import BENCHMARK_NAMES, RM_BENCH
+
+log = logging.getLogger("rmbench_fast")
+
+NOT_YET = {"compat": "--compat official", "share_prefix": "--share-prefix", "domains": "--domains", "tp": "--tp"}
+
+
+@dataclass
+class TaskSample:
+    """A benchmark's row as the scorers see a sample: `responses` is its scoring order (chosen, then
+    rejected); `domain` is its subset, which --limit counts."""
+    domain: str
+    id: object
+    prompt: str
+    chosen: tuple
+    rejected: tuple
+    subset: str
+    source: str
+    index: int
+    row: object = field(repr=False, compare=False)
+
+    @property
+    def responses(self) -> list:
+        return list(self.chosen) + list(self.rejected)
+
+    @property
+    def key(self) -> tuple:
+        return (self.subset, self.id)
+
+    @property
+    def name(self) -> str:
+        return f"{self.subset}/{self.id}"
+
+
+def benchmark_of(o) -> str:
+    """--benchmark, else the one the data names: a known hub id, RM-Bench's files, or the schema of its
+    rows (one line on stderr says which, when it is not RM-Bench)."""
+    from ..tasks import detect, detect_hub_id, read_items
+
+    if o.benchmark:
+        return o.benchmark
+    if str(o.data) == HUB_DEFAULT:
+        return RM_BENCH
+    name = detect_hub_id(o.data)
+    path = Path(o.data).expanduser()
+    if name is None:
+        if not path.exists() or _rm_bench_files(path):
+            return RM_BENCH  # a hub id (RM-Bench's loader fetches it) or RM-Bench's own files
+        try:
+            name = detect(read_items(path)[:1])
+        except ValueError:  # RM-Bench's loader says what is wrong with it, as it always has
+            return RM_BENCH
+    if name != RM_BENCH:
+        log.warning("--data %s: scored as %s (detected from its %s; --benchmark names another)", o.data, name,
+                    "hub id" if detect_hub_id(o.data) else "rows' keys")
+    return name
+
+
+def _rm_bench_files(path: Path) -> bool:
+    """RM-Bench's own file names: <domain>_filtered.json, total_dataset.json (or a folder of them)."""
+    names = [p.name for p in path.iterdir()] if path.is_dir() else [path.name]
+    return any(n.endswith("_filtered.json") or n == "total_dataset.json" for n in names)
+
+
+def check(o, name: str) -> None:
+    """The options this benchmark's runs take (one line each for those they do not take yet)."""
+    if name not in BENCHMARK_NAMES:
+        raise UsageError(f"--benchmark {name}: expected one of {', '.join(BENCHMARK_NAMES)}")
+    if name == RM_BENCH:
+        if o.tie_credit:
+            raise UsageError("--tie-credit: only for --benchmark pairs (RM-Bench counts a tie as wrong)")
+        return
+    defaults = {f.name: f.default for f in fields(o)}
+    given = [flag for f, flag in NOT_YET.items() if getattr(o, f) != defaults[f]]
+    if o.engine != "local":
+        given.append("--engine ray")
+    if given:
+        raise UsageError(f"--benchmark {name}: {', '.join(given)} not yet supported for this benchmark "
+                         "(RM-Bench only for now)")
+    if o.tie_credit and name != "pairs":
+        raise UsageError(f"--tie-credit: only for --benchmark pairs ({name} counts a tie as wrong)")
+    if detect_hub(o.data):
+        raise UsageError(f"--data {o.data}: a hub dataset; download it to a folder (datasets' save_to_disk, "
+                         "or its JSON/Parquet files) and pass that folder")
+
+
+def detect_hub(data) -> bool:
+    from ..tasks import detect_hub_id
+
+    return detect_hub_id(data) is not None and not Path(str(data)).expanduser().exists()
+
+
+def load_samples(o, name: str) -> list[TaskSample]:
+    """The benchmark's rows as samples, the first --limit of each subset."""
+    from ..tasks import get
+
+    bench = get(name, **({"tie_credit": o.tie_credit} if name == "pairs" and o.tie_credit else {}))
+    rows = bench.load(o.data)
+    taken: dict[str, int] = {}
+    out = []
+    for row in rows:
+        if not isinstance(row.prompt, str):
+            raise UsageError(f"{row.source}, item {row.index} (id {row.id!r}): a conversation as the prompt is not "
+                             "yet supported (a string prompt and string responses only, for now)")
+        if o.limit is not None and taken.get(row.subset, 0) >= o.limit:
+            continue
+        taken[row.subset] = taken.get(row.subset, 0) + 1
+        out.append(TaskSample(row.subset, row.id, row.prompt, tuple(row.chosen), tuple(row.rejected), row.subset,
+                              row.source, row.index, row))
+    return out
+
+
+def per_row(samples: list[TaskSample], scores: np.ndarray) -> list[list[float]]:
+    """The flat per-sequence scores cut into each row's (chosen, then rejected)."""
+    ends = np.cumsum([len(s.responses) for s in samples])
+    return [scores[a:b].astype(float).tolist() for a, b in zip(np.concatenate([[0], ends[:-1]]), ends)]
+
+
+def summarize(o, name: str, samples: list[TaskSample], scores: np.ndarray) -> dict:
+    from ..tasks import get
+
+    bench = get(name, **({"tie_credit": o.tie_credit} if name == "pairs" and o.tie_credit else {}))
+    rows = [s.row for s in samples]
+    out = bench.aggregate(rows, per_row(samples, scores))
+    return {**out, "benchmark": name, "n_rows": len(rows), "rules": bench.official}
+
+
+def write(out_dir: str, name: str, samples: list[TaskSample], scores: np.ndarray, summary: dict) -> None:
+    """results.jsonl (every row: id, subset, its responses' scores and its result) and summary.json."""
+    from ..tasks import get
+
+    bench = get(name)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for s, row_scores in zip(samples, per_row(samples, scores)):
+        lines.append(json.dumps({"id": s.id, "subset": s.subset, "chosen_scores": row_scores[:len(s.chosen)],
+                                 "rejected_scores": row_scores[len(s.chosen):],
+                                 "result": bench.row_result(s.row, row_scores)}, ensure_ascii=False))
+    atomic_write_text(out / "results.jsonl", "\n".join(lines) + "\n")
+    atomic_write_json(out / "summary.json", summary)
+
+
+def table(summary: dict) -> str:
+    """The printed numbers: each subset, each section, the score (percent)."""
+    lines = [f"{summary['benchmark']}: {summary['n_rows']} rows"]
+    width = max([len(k) for k in list(summary["subsets"]) + list(summary.get("sections") or {})] + [5])
+    for title, part in (("subsets", summary["subsets"]), ("sections", summary.get("sections") or {})):
+        if part:
+            lines.append(f"  {title}:")
+            lines += [f"    {k.ljust(width)}  {100 * v:6.2f}" for k, v in part.items()]
+    lines.append(f"  {'score'.ljust(width + 2)}  {100 * summary['score']:6.2f}")
+    return "\n".join(lines)

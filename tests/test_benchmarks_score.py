@@ -175,3 +175,29 @@ def test_dpo_on_reward_bench_2_is_labelled_not_official(models, texts, tmp_path)
     dpo = score(ScoreOptions(model=m["policy"], ref_model=m["ref"], data=str(data), progress=False, bootstrap=0))
     rm = score(ScoreOptions(model=m["rm"], data=str(data), progress=False, bootstrap=0))
     assert dpo.summary["official"] is False and "official" not in rm.summary
+
+
+def test_leaderboard_prints_the_benchmarks_published_columns(models, texts, data_path, tmp_path):
+    rows = v1_rows(texts)
+    data = tmp_path / "rb.json"
+    data.write_text(json.dumps(rows))
+    runs = []
+    for name in ("rm", "policy"):
+        runs.append(str(tmp_path / name))
+        extra = dict(ref_model=models["tmpl"]["ref"]) if name == "policy" else {}
+        score(ScoreOptions(model=models["tmpl"][name], data=str(data), progress=False, bootstrap=0, output=runs[-1],
+                           **extra))
+    out = CliRunner().invoke(main, ["leaderboard", *runs, "--json"])
+    assert out.exit_code == 0, out.output
+    board = json.loads(out.output)
+    assert board[0]["columns"] == ["Model", "Score", "Chat", "Chat Hard", "Safety", "Reasoning"]
+    for r, run in zip(board, runs):
+        summary = json.loads((tmp_path / run / "summary.json").read_text())
+        assert r["Score"] == round(100 * summary["score"], 1)
+        assert r["Chat Hard"] == round(100 * summary["sections"]["Chat Hard"], 1)
+    md = CliRunner().invoke(main, ["leaderboard", *runs]).output
+    assert [c.strip() for c in md.splitlines()[0].strip("| ").split("|")] == board[0]["columns"]
+    score(ScoreOptions(model=models["tmpl"]["rm"], data=data_path, limit=1, progress=False, bootstrap=0,
+                       output=str(tmp_path / "rmb")))
+    mixed = CliRunner().invoke(main, ["leaderboard", runs[0], str(tmp_path / "rmb")])
+    assert mixed.exit_code == 2 and "one table each" in mixed.output

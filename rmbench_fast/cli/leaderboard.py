@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import DataError
+from ..errors import DataError, UsageError
 
 
 def _read_json(path: Path):
@@ -89,13 +89,25 @@ def leaderboard(runs, prefix, as_json):
     math 529, code 228, safety 441), or a safety whose two files hold other counts than the
     benchmark's 284 and 157, is a warning on stderr: such a row is not comparable with the
     leaderboard's ("complete": false, the rule of summary.json's `complete`).
+
+    Runs of another benchmark (score --benchmark) get that benchmark's published columns: Score and
+    RewardBench's sections (Chat, Chat Hard, Safety, Reasoning, Prior Sets), RewardBench 2's
+    subsets, or your pairs' subsets.
     """
     from ..results.leaderboard import row, to_csv, to_markdown, warnings
     from ..store.atomic import atomic_write_text
 
-    rows = []
-    for run in runs:
-        for summary, name in load_summaries(run):
+    found = [pair for run in runs for pair in load_summaries(run)]
+    other = [s.get("benchmark") not in (None, "rm-bench") for s, _ in found]
+    if any(other):
+        from ..results.benchmark_board import rows as benchmark_rows
+
+        if not all(other):
+            raise UsageError("leaderboard: RM-Bench runs and another benchmark's in one table; one table each")
+        rows = benchmark_rows(found)
+    else:
+        rows = []
+        for summary, name in found:
             rows.append(row(summary, name, None))
             for w in warnings(summary, name):
                 click.echo(f"rmbench-fast: warning: {w}", err=True)

@@ -154,7 +154,10 @@ def _cell(r: dict, col: str, missing: str) -> str:
 
 
 def columns(rows: list[dict]) -> tuple[str, ...]:
-    """COLUMNS, then a judge's No verdict / Failed when a row has them."""
+    """COLUMNS, then a judge's No verdict / Failed when a row has them; another benchmark's rows
+    (results.benchmark_board) name their own."""
+    if rows and "columns" in rows[0]:
+        return tuple(rows[0]["columns"])
     return COLUMNS + tuple(c for c in JUDGE_COLUMNS if any(c in r for r in rows))
 
 

@@ -139,13 +139,18 @@ def per_row(samples: list[TaskSample], scores: np.ndarray) -> list[list[float]]:
     return [scores[a:b].astype(float).tolist() for a, b in zip(np.concatenate([[0], ends[:-1]]), ends)]
 
 
-def summarize(o, name: str, samples: list[TaskSample], scores: np.ndarray) -> dict:
+def summarize(o, name: str, samples: list[TaskSample], scores: np.ndarray, scorer: dict) -> dict:
+    """The benchmark's numbers; scorer: the scorer's describe(). RewardBench 2 has no official DPO
+    mode (run_v2.py scores reward models only): a DPO run on it says "official": false."""
     from ..tasks import get
 
     bench = get(name, **({"tie_credit": o.tie_credit} if name == "pairs" and o.tie_credit else {}))
     rows = [s.row for s in samples]
-    out = bench.aggregate(rows, per_row(samples, scores))
-    return {**out, "benchmark": name, "n_rows": len(rows), "rules": bench.official}
+    out = {**bench.aggregate(rows, per_row(samples, scores)), "benchmark": name, "n_rows": len(rows),
+           "rules": bench.official}
+    if name == "reward-bench-2" and scorer.get("mode") == "dpo":
+        out["official"] = False
+    return out
 
 
 def write(out_dir: str, name: str, samples: list[TaskSample], scores: np.ndarray, summary: dict) -> None:

@@ -169,9 +169,7 @@ def _finish_benchmark(prep: Prepared, o: ScoreOptions, passes: dict, t_start: fl
     """finish for another benchmark than RM-Bench (engine.benchmarks): its numbers, results.jsonl,
     summary.json and run.json, never stamped (so never read back instead of computed)."""
     samples = prep.samples
-    summary = benchmarks.summarize(o, prep.benchmark, samples, scores)
-    if prep.benchmark == "reward-bench-2" and prep.scorer.mode == "dpo":
-        summary["official"] = False  # run_v2.py scores reward models only: a DPO mode of our own
+    summary = benchmarks.summarize(o, prep.benchmark, samples, scores, prep.scorer.describe())
     run = run_info(prep, o, passes, store, t_start)
     run["benchmark"] = prep.benchmark
     if o.output:

@@ -201,3 +201,44 @@ def test_leaderboard_prints_the_benchmarks_published_columns(models, texts, data
                        output=str(tmp_path / "rmb")))
     mixed = CliRunner().invoke(main, ["leaderboard", runs[0], str(tmp_path / "rmb")])
     assert mixed.exit_code == 2 and "one table each" in mixed.output
+
+
+def naive_bootstrap(values_by_subset, combine, resamples=4000, seed=11):
+    """Rows resampled within each subset, the numbers recomputed, 2.5 and 97.5 percentiles."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(resamples):
+        means = {s: float(np.mean(rng.choice(v, size=len(v), replace=True))) for s, v in values_by_subset.items()}
+        out.append(combine(means))
+    return np.percentile(out, [2.5, 97.5])
+
+
+def test_reward_bench_intervals_are_a_bootstrap_within_subsets(models, texts, tmp_path):
+    rows = v1_rows(texts) * 3  # more rows a subset: intervals of some width
+    for n, r in enumerate(rows):
+        r["id"] = n
+    data = tmp_path / "rb.json"
+    data.write_text(json.dumps(rows))
+    run = score(ScoreOptions(model=models["tmpl"]["rm"], data=str(data), progress=False, bootstrap=4000))
+    iv = run.summary["intervals"]
+    assert iv["resamples"] == 4000 and iv["level"] == 0.95
+    right = {}
+    for r, c, j in zip(rows, run.chosen, run.rejected):
+        right.setdefault(r["subset"], []).append(float(c[0] > j[0]))
+
+    def combine(means):
+        sections = {}
+        for name in ("Chat", "Chat Hard", "Safety", "Reasoning"):
+            part = [(means[k], w) for k, (sec, w) in V1.items() if sec == name and k in means]
+            if part:
+                sections[name] = sum(a * w for a, w in part) / sum(w for _, w in part)
+        return sum(sections.values()) / len(sections)
+
+    lo, hi = naive_bootstrap(right, combine)
+    assert iv["score"][0] == pytest.approx(lo, abs=0.03) and iv["score"][1] == pytest.approx(hi, abs=0.03)
+    assert iv["score"][0] <= run.summary["score"] <= iv["score"][1]
+    for s, v in right.items():
+        if min(v) == max(v):  # every row right (or every row wrong): no spread
+            assert iv["subsets"][s] == [v[0], v[0]]
+    again = score(ScoreOptions(model=models["tmpl"]["rm"], data=str(data), progress=False, bootstrap=4000))
+    assert again.summary["intervals"] == iv  # a fixed seed

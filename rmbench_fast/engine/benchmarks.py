@@ -6,7 +6,7 @@ score, and the benchmark turns the scores into its own numbers: summary.json hol
 score, so that each number can be recomputed from them.
 
 Not yet (issue 33, said where asked): conversational prompts (lists of messages), --compat official
-(each script's truncation), --share-prefix, --engine ray, --tp, --domains, sweeps, judges, intervals.
+(each script's truncation), --share-prefix, --engine ray, --tp, --domains, sweeps, judges.
 """
 
 from __future__ import annotations
@@ -145,11 +145,13 @@ def summarize(o, name: str, samples: list[TaskSample], scores: np.ndarray, score
     from ..tasks import get
 
     bench = get(name, **({"tie_credit": o.tie_credit} if name == "pairs" and o.tie_credit else {}))
-    rows = [s.row for s in samples]
-    out = {**bench.aggregate(rows, per_row(samples, scores)), "benchmark": name, "n_rows": len(rows),
-           "rules": bench.official}
+    from .benchmark_intervals import intervals
+
+    rows, row_scores = [s.row for s in samples], per_row(samples, scores)
+    out = {**bench.aggregate(rows, row_scores), "benchmark": name, "n_rows": len(rows), "rules": bench.official}
     if name == "reward-bench-2" and scorer.get("mode") == "dpo":
         out["official"] = False
+    out["intervals"] = intervals(name, bench, rows, row_scores, out, o.bootstrap)  # None: --bootstrap 0
     return out
 
 

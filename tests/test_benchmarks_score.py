@@ -242,3 +242,20 @@ def test_reward_bench_intervals_are_a_bootstrap_within_subsets(models, texts, tm
             assert iv["subsets"][s] == [v[0], v[0]]
     again = score(ScoreOptions(model=models["tmpl"]["rm"], data=str(data), progress=False, bootstrap=4000))
     assert again.summary["intervals"] == iv  # a fixed seed
+
+
+def test_accuracy_recomputes_a_benchmark_run_from_its_scores(models, texts, tmp_path):
+    rows = v1_rows(texts)
+    data = tmp_path / "rb.json"
+    data.write_text(json.dumps(rows))
+    out = tmp_path / "o"
+    run = score(ScoreOptions(model=models["tmpl"]["rm"], data=str(data), progress=False, bootstrap=500,
+                             output=str(out)))
+    for arg in (out, out / "results.jsonl"):
+        got = CliRunner().invoke(main, ["accuracy", str(arg), "--json", "--bootstrap", "500"])
+        assert got.exit_code == 0, got.output
+        again = json.loads(got.output)
+        assert again["score"] == run.summary["score"] and again["sections"] == run.summary["sections"]
+        assert again["intervals"] == run.summary["intervals"]
+    text = CliRunner().invoke(main, ["accuracy", str(out)]).output
+    assert text.startswith(f"reward-bench: {len(rows)} rows") and "score" in text

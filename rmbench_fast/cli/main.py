@@ -75,6 +75,8 @@ def accuracy(results, as_json, bootstrap):
     scripts. The domain of each item is its `domain` key, else the prefix of an id such as
     "chat/100", else the file name (chat_filtered_*.json), else all items pool into one domain.
 
+    Another benchmark's run (`score --benchmark`): its folder or results.jsonl, by that benchmark's rules.
+
     A generative judge's results (`rmbench-fast judge`) hold `cells` instead: per prompt a 3x3
     matrix of win rates (chosen i against rejected j), summarized by the same formulas.
 
@@ -83,12 +85,15 @@ def accuracy(results, as_json, bootstrap):
     what the results are of when a run.json lies beside them. For a judge's results, the share of
     answers without a verdict (and of failed requests) comes from the summary.json beside them.
     """
+    from ..engine.benchmarks import accuracy_text
     from ..results.describe import about_line, results_facts
     from ..results.files import read_results
     from ..results.intervals import bootstrap as intervals
     from ..results.metrics import cells_from_scores, format_table, summarize, summarize_cells
     from ..results.verdicts import beside
 
+    if (text := accuracy_text(results, bootstrap, as_json)) is not None:  # another benchmark's run
+        return click.echo(text)
     kind, *data, domains, subsets, names = read_results(results)
     summary = (summarize if kind == "scores" else summarize_cells)(*data, domains, subsets, names)
     summary.update(beside(results))  # a judge's answers without a verdict: not in its results, in its summary.json

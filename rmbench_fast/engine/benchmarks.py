@@ -181,3 +181,63 @@ def table(summary: dict) -> str:
             lines += [f"    {k.ljust(width)}  {100 * v:6.2f}" for k, v in part.items()]
     lines.append(f"  {'score'.ljust(width + 2)}  {100 * summary['score']:6.2f}")
     return "\n".join(lines)
+
+
+def results_file(path) -> Path | None:
+    """The results.jsonl of another benchmark's run (a run folder, or the file), else None."""
+    p = Path(path).expanduser()
+    p = p / "results.jsonl" if p.is_dir() else p
+    if p.name != "results.jsonl" or not p.is_file():
+        return None
+    first = p.read_text(encoding="utf-8").split("\n", 1)[0]
+    try:
+        return p if "chosen_scores" in json.loads(first) else None
+    except ValueError:
+        return None
+
+
+def recompute(path: Path, resamples: int, tie_credit: float | None = None) -> dict:
+    """The numbers of a run from its results.jsonl (every response's score) and the benchmark its
+    summary.json or run.json names: what `accuracy` prints for such a run."""
+    from ..errors import DataError
+    from ..tasks import get
+    from ..tasks.base import Row
+    from .benchmark_intervals import intervals
+
+    name = None
+    for beside in ("summary.json", "run.json"):
+        try:
+            name = name or json.loads((path.parent / beside).read_text()).get("benchmark")
+        except (OSError, ValueError):
+            pass
+    if name is None:
+        raise DataError(path, "no summary.json or run.json beside it names its benchmark")
+    rows, scores = [], []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
+        if not line.strip():
+            continue
+        try:
+            r = json.loads(line)
+            c, j = list(map(float, r["chosen_scores"])), list(map(float, r["rejected_scores"]))
+            rows.append(Row(r["id"], r["subset"], "", ("",) * len(c), ("",) * len(j), str(path), n, r))
+        except (ValueError, KeyError, TypeError) as e:
+            raise DataError(path, f"not a row of scores ({type(e).__name__}: {e})", index=n) from None
+        scores.append(c + j)
+    if tie_credit is None and name == "pairs":
+        try:
+            tie_credit = json.loads((path.parent / "summary.json").read_text()).get("tie_credit")
+        except (OSError, ValueError):
+            pass
+    bench = get(name, **({"tie_credit": tie_credit} if name == "pairs" and tie_credit else {}))
+    out = {**bench.aggregate(rows, scores), "benchmark": name, "n_rows": len(rows), "rules": bench.official}
+    out["intervals"] = intervals(name, bench, rows, scores, out, resamples)
+    return out
+
+
+def accuracy_text(path, resamples: int, as_json: bool) -> str | None:
+    """What `accuracy` prints for another benchmark's run (None: not such a run)."""
+    found = results_file(path)
+    if found is None:
+        return None
+    summary = recompute(found, resamples)
+    return json.dumps(summary, indent=2) if as_json else table(summary)

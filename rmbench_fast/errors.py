@@ -22,7 +22,7 @@ class DataError(RmbenchError):
     """Bad benchmark data or results file: the message names the file, the item and the key."""
 
     def __init__(self, path, message, index=None, key=None, line=None):
-        self.path, self.index, self.key, self.line = str(path), index, key, line
+        self.path, self.index, self.key, self.line, self.message = str(path), index, key, line, message
         where = [self.path]
         if line is not None:
             where.append(f"line {line}")

@@ -152,8 +152,9 @@ def _files_in_dir(folder: Path, recursive: bool) -> list[Path]:
     raise DataError(folder, "holds no *_filtered.json files and no total_dataset.json")
 
 
-def _read_items(path: Path) -> list[tuple[int, int | None, object]]:
-    """(index, line or None, item) for every item of a .json list or .jsonl file."""
+def read_items(path: Path, allow_empty: bool = False) -> list[tuple[int, int | None, object]]:
+    """(index, line or None, item) for every item of a .json list or .jsonl file (also the readers
+    of rmbench_fast.tasks); a DataError names what is wrong. allow_empty: an empty list is no error."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -182,7 +183,7 @@ def _read_items(path: Path) -> list[tuple[int, int | None, object]]:
         raise DataError(path, f"not JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
     if not isinstance(data, list):
         raise DataError(path, f"top level must be a JSON list of items, got {_kind(data)}")
-    if not data:
+    if not data and not allow_empty:
         raise DataError(path, "holds an empty list: no items")
     return [(i, None, item) for i, item in enumerate(data)]
 
@@ -202,7 +203,7 @@ def file_domain(path: Path) -> str | None:
 def _load_file(path: Path) -> list[Sample]:
     default_domain = file_domain(path)
     samples = []
-    for index, line, item in _read_items(path):
+    for index, line, item in read_items(path):
         def err(message, key=None):
             return DataError(path, message, index=index, key=key, line=line)
 

@@ -9,7 +9,6 @@ package's DataError, so the command line reports it as one line) naming the file
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -180,30 +179,12 @@ def read_items(path) -> list[Item]:
         raise TaskDataError(path, "no such file or folder")
     if path.suffix == ".parquet":
         return _read_parquet(path)
+    from ..inputs.data import read_items as read_json
+
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise TaskDataError(path, f"not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except OSError as e:
-        raise TaskDataError(path, f"cannot be read ({e.strerror})") from None
-    if not text.strip():
-        raise TaskDataError(path, "file is empty")
-    if path.suffix == ".jsonl":
-        items = []
-        for lineno, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    items.append(Item(str(path), len(items), lineno, json.loads(line)))
-                except json.JSONDecodeError as e:
-                    raise TaskDataError(path, f"not JSON ({e.msg}, column {e.colno})", line=lineno) from None
-        return items
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise TaskDataError(path, f"not JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
-    if not isinstance(data, list):
-        raise TaskDataError(path, f"top level must be a JSON list of items, got {kind(data)}")
-    return [Item(str(path), i, None, v) for i, v in enumerate(data)]
+        return [Item(str(path), i, line, v) for i, line, v in read_json(path, allow_empty=True)]
+    except DataError as e:  # the same reader as RM-Bench's files: its message, as this package's error
+        raise TaskDataError(e.path, e.message, e.index, e.key, e.line) from None
 
 
 def _read_parquet(path: Path) -> list[Item]:

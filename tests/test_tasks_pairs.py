@@ -5,27 +5,15 @@ where those packages are installed (and in the peer environment, which has both)
 against run_rm.py's lines in rewardbench 0.1.4 ($RMBENCH_PEER_PYTHON, else benchmarks/peer/.venv)."""
 
 import json
-import os
 import random
-import subprocess
-from pathlib import Path
 
 import pytest
+from rewardbench_peer import REFERENCE, peer
 
 from rmbench_fast.tasks import BENCHMARKS, TaskDataError, detect, detect_hub_id, get, read_items
 
-REPO = Path(__file__).resolve().parents[1]
-PEER = Path(os.environ.get("RMBENCH_PEER_PYTHON", REPO / "benchmarks" / "peer" / ".venv" / "bin" / "python"))
-REFERENCE = REPO / "benchmarks" / "peer" / "rewardbench_reference.py"
 PAIRS = get("pairs")
 
-
-def peer(args, stdin=""):
-    if not PEER.exists():
-        pytest.skip(f"no peer environment at {PEER} (bash benchmarks/peer/setup.sh)")
-    proc = subprocess.run([str(PEER), *args], input=stdin, capture_output=True, text=True, timeout=300, cwd=REPO)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
 
 
 def u(text):

@@ -5,32 +5,17 @@ environment ($RMBENCH_PEER_PYTHON, else benchmarks/peer/.venv; skipped without i
 with planted ties (benchmarks/peer/rewardbench_reference.py)."""
 
 import json
-import os
 import random
-import subprocess
-from pathlib import Path
 
 import pytest
+from rewardbench_peer import official
 
 from rmbench_fast.tasks import TaskDataError, detect, get
 from rmbench_fast.tasks.rewardbench import EXAMPLE_COUNTS, PRIOR_SETS, SUBSET_MAPPING, summarize
 
-REPO = Path(__file__).resolve().parents[1]
-PEER = Path(os.environ.get("RMBENCH_PEER_PYTHON", REPO / "benchmarks" / "peer" / ".venv" / "bin" / "python"))
-REFERENCE = REPO / "benchmarks" / "peer" / "rewardbench_reference.py"
 RB = get("reward-bench")
 CORE = [s for tests in SUBSET_MAPPING.values() for s in tests]
 
-
-def official(cases):
-    """rewardbench 0.1.4's numbers for the cases, computed in the peer environment."""
-    if not PEER.exists():
-        pytest.skip(f"no peer environment at {PEER} (bash benchmarks/peer/setup.sh): parity with rewardbench 0.1.4 "
-                    "needs its own functions")
-    proc = subprocess.run([str(PEER), str(REFERENCE)], input=json.dumps({"cases": cases}), capture_output=True,
-                          text=True, timeout=300, cwd=REPO)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)["results"]
 
 
 def make_rows(subsets, seed, per_subset=(1, 9)):

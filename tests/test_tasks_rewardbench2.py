@@ -5,32 +5,17 @@ in the peer environment ($RMBENCH_PEER_PYTHON, else benchmarks/peer/.venv; skipp
 
 import json
 import math
-import os
 import random
-import subprocess
-from pathlib import Path
 
 import pytest
+from rewardbench_peer import official
 
 from rmbench_fast.tasks import TaskDataError, detect, get
 from rmbench_fast.tasks.rewardbench2 import best_of_n, ties_score
 
-REPO = Path(__file__).resolve().parents[1]
-PEER = Path(os.environ.get("RMBENCH_PEER_PYTHON", REPO / "benchmarks" / "peer" / ".venv" / "bin" / "python"))
-REFERENCE = REPO / "benchmarks" / "peer" / "rewardbench_reference.py"
 RB2 = get("reward-bench-2")
 BON = ("Factuality", "Precise IF", "Math", "Safety", "Focus")
 
-
-def official(cases):
-    """rewardbench 0.1.4's numbers for the cases, computed in the peer environment."""
-    if not PEER.exists():
-        pytest.skip(f"no peer environment at {PEER} (bash benchmarks/peer/setup.sh): parity with rewardbench 0.1.4 "
-                    "needs its own functions")
-    proc = subprocess.run([str(PEER), str(REFERENCE)], input=json.dumps({"cases": cases}), capture_output=True,
-                          text=True, timeout=300, cwd=REPO)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)["results"]
 
 
 def item(rid, subset, n_chosen, n_rejected):

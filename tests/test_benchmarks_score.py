@@ -149,7 +149,6 @@ def test_the_command_line_prints_the_benchmarks_numbers(models, texts, tmp_path)
 
 
 @pytest.mark.parametrize("extra, message", [
-    (dict(share_prefix=True), "--share-prefix not yet supported"),
     (dict(compat="official"), "--compat official not yet supported"),
     (dict(tie_credit=0.5), "--tie-credit: only for --benchmark pairs"),
 ])

@@ -25,7 +25,7 @@ from .options import BENCHMARK_NAMES, RM_BENCH
 
 log = logging.getLogger("rmbench_fast")
 
-NOT_YET = {"compat": "--compat official", "share_prefix": "--share-prefix", "domains": "--domains", "tp": "--tp"}
+NOT_YET = {"compat": "--compat official", "domains": "--domains", "tp": "--tp"}
 
 
 @dataclass

@@ -19,6 +19,7 @@ import torch
 from ..errors import UsageError
 from ..inputs.batching import make_batches
 from ..inputs.data import Sample, load_dataset
+from ..inputs.layout import PER_PROMPT
 from ..inputs.prefix import PrefixPlan, default_budget_bytes, kv_bytes_per_token, plan_batches, plan_prefixes
 from ..inputs.templates import ChatFormat
 from ..inputs.tokenize import Encoded, official_tokenizer_class, pack, unpack
@@ -35,7 +36,7 @@ from ..store.fingerprints import data_fingerprint, tokenizer_fingerprint
 from ..store.keys import tokenized_key
 from .api.lent import Given, config_of, dtype_of, name_of
 from .checks import check_options, check_run, context_check
-from .options import DEFAULT_MAX_TOKENS, ScoreOptions
+from .options import DEFAULT_MAX_TOKENS, RM_BENCH, ScoreOptions
 
 log = logging.getLogger("rmbench_fast")
 
@@ -85,7 +86,7 @@ def load_run(o: ScoreOptions, store: Store, reuse: dict | None = None, given: Gi
     target, logprob_impl = run_target(o, reuse)
     from .finished import stats
 
-    from .benchmarks import RM_BENCH, benchmark_of, load_samples
+    from .benchmarks import benchmark_of, load_samples
     from .benchmarks import check as check_benchmark
 
     benchmark = benchmark_of(o)
@@ -245,8 +246,9 @@ def prepare(o: ScoreOptions, store: Store, reuse: dict | None = None, given: Giv
     plan = None
     if o.share_prefix and is_causal_decoder(config):
         limits = np.array([scorer.readout_limit(e) for e in seqs], dtype=np.int64)
+        sizes = PER_PROMPT if run.benchmark == RM_BENCH else [len(s.responses) for s in samples]  # a row's responses
         plan = plan_prefixes([e.ids for e in seqs], limits, kv_bytes_per_token(config, dtype),
-                             default_budget_bytes(target.memory, o.prefix_cache_mb))
+                             default_budget_bytes(target.memory, o.prefix_cache_mb), group_size=sizes)
         plan = plan if plan.saved_tokens() > 0 else None
     if plan is not None:
         batch_lengths = lengths - plan.prefix

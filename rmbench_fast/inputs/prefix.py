@@ -59,18 +59,26 @@ class PrefixPlan:
 
 
 def plan_prefixes(seqs: list[list[int]], limits: np.ndarray, kv_bytes_per_token: int, budget_bytes: int,
-                  group_size: int = PER_PROMPT, min_prefix: int = MIN_PREFIX) -> PrefixPlan:
-    """Common prefix of each group of `group_size` consecutive sequences, capped by `limits`;
-    prompts are packed into waves in order while their prefix caches fit `budget_bytes`."""
+                  group_size=PER_PROMPT, min_prefix: int = MIN_PREFIX) -> PrefixPlan:
+    """Common prefix of each group of consecutive sequences, capped by `limits`; prompts are packed
+    into waves in order while their prefix caches fit `budget_bytes`. group_size: every group's size
+    (RM-Bench: 6), or one size per group in order (another benchmark's rows: each row's responses)."""
     n = len(seqs)
+    sizes = np.asarray([group_size] * -(-n // group_size) if np.isscalar(group_size) else group_size,
+                       dtype=np.int64)
+    if np.isscalar(group_size) and n:
+        sizes[-1] = n - group_size * (len(sizes) - 1)
+    if int(sizes.sum()) != n or (sizes < 1).any():
+        raise ValueError(f"group sizes cover {int(sizes.sum())} sequences, not {n}")
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
     prefix = np.zeros(n, dtype=np.int64)
-    group = np.arange(n) // group_size
+    group = np.repeat(np.arange(len(sizes)), sizes)
     wave = np.zeros(n, dtype=np.int64)
     per_wave = max(1, budget_bytes // max(1, kv_bytes_per_token))  # prefix tokens per wave
     w, used = 0, 0
-    for g0 in range(0, n, group_size):
-        members = seqs[g0:g0 + group_size]
-        cap = int(min(limits[g0:g0 + group_size]))
+    for g0, g1 in zip(bounds[:-1], bounds[1:]):
+        members = seqs[g0:g1]
+        cap = int(min(limits[g0:g1]))
         first = members[0]
         k = 0
         while k < cap and all(len(s) > k and s[k] == first[k] for s in members):
@@ -79,8 +87,8 @@ def plan_prefixes(seqs: list[list[int]], limits: np.ndarray, kv_bytes_per_token:
         if used and used + k > per_wave:
             w, used = w + 1, 0
         used += k
-        prefix[g0:g0 + group_size] = k
-        wave[g0:g0 + group_size] = w
+        prefix[g0:g1] = k
+        wave[g0:g1] = w
     return PrefixPlan(prefix, group, wave)
 
 

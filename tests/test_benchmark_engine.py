@@ -1,0 +1,73 @@
+"""The engine's general options on other benchmarks than RM-Bench: --share-prefix computes each row's
+shared prompt once (rows hold 2 or more responses, not RM-Bench's 6) and changes no score beyond the
+float tolerance of a cached prefix; the prefix planner's variable groups equal a plain per-row loop."""
+
+import json
+
+import numpy as np
+import pytest
+
+from rmbench_fast.engine.score import ScoreOptions, score
+from rmbench_fast.inputs.data import load_dataset
+from rmbench_fast.inputs.prefix import plan_prefixes
+
+
+@pytest.fixture(scope="module")
+def texts(data_path):
+    return load_dataset(data_path, limit=2)
+
+
+def naive_common_prefix(group, cap, min_prefix):
+    k = 0
+    while k < cap and all(len(s) > k and s[k] == group[0][k] for s in group):
+        k += 1
+    return k if k >= min_prefix and len(group) > 1 else 0
+
+
+def test_variable_groups_take_each_groups_own_common_prefix():
+    rng = np.random.default_rng(0)
+    sizes = [2, 5, 1, 3, 4]
+    seqs, limits, want = [], [], []
+    for size in sizes:
+        head = list(rng.integers(0, 50, rng.integers(0, 14)))
+        group = [head + list(rng.integers(0, 50, rng.integers(1, 6))) for _ in range(size)]
+        cap = [int(rng.integers(3, 20)) for _ in group]
+        seqs += group
+        limits += cap
+        want += [naive_common_prefix(group, min(cap), 4)] * size
+    plan = plan_prefixes(seqs, np.array(limits), kv_bytes_per_token=1, budget_bytes=10**9, group_size=sizes,
+                         min_prefix=4)
+    assert plan.prefix.tolist() == want
+    assert plan.group.tolist() == [g for g, n in enumerate(sizes) for _ in range(n)]
+    with pytest.raises(ValueError, match="cover 15 sequences, not 16"):
+        plan_prefixes(seqs + [[1]], np.array(limits + [1]), 1, 10**9, group_size=sizes)
+
+
+def pairs_rows(samples):
+    """Rows of 2 to 4 responses each (every chosen against every rejected)."""
+    rows = []
+    for n, s in enumerate(samples):
+        k = 1 + n % 3
+        rows.append({"id": n, "prompt": s.prompt, "chosen": list(s.chosen[:1 + (n % 2)]),
+                     "rejected": list(s.rejected[:k]), "subset": s.domain})
+    return rows
+
+
+@pytest.mark.parametrize("mode", ["rm", "dpo"])
+def test_share_prefix_on_pairs_scores_as_unshared(models, texts, tmp_path, mode):
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in pairs_rows(texts)) + "\n")
+    m = models["llama"]  # no doubled BOS: the tmpl template starts with one, and such rows share nothing
+    kw = dict(model=m["rm"]) if mode == "rm" else dict(model=m["policy"], ref_model=m["ref"])
+    runs = {}
+    for share in (False, True):
+        runs[share] = score(ScoreOptions(**kw, data=str(data), benchmark="pairs", progress=False, bootstrap=0,
+                                         share_prefix=share, cache=False, output=str(tmp_path / f"{mode}-{share}")))
+    shared = runs[True].run["shared_prefix"]
+    assert shared["prompts"] == len(texts) and shared["tokens_saved"] > 0
+    assert runs[False].run["shared_prefix"]["tokens_saved"] == 0
+    assert runs[True].run["passes_computed"] == runs[True].run["passes"] >= 1  # computed, not read back
+    assert all(p["prefix_sharing"] == "on" for p in runs[True].run["models"].values())  # not turned off
+    for side in ("chosen", "rejected"):
+        a, b = getattr(runs[False], side), getattr(runs[True], side)
+        np.testing.assert_allclose(np.concatenate(a), np.concatenate(b), atol=2e-4, rtol=0)

@@ -184,6 +184,10 @@ SLOW_FILES = {
 }
 # file: {test: why}. A test is its function's name (every parametrization) or one id, `name[param]`.
 SLOW_TESTS = {
+    "test_benchmark_sweep_compare.py": {
+        "test_sweep_scores_each_checkpoint_as_a_benchmark_run": "three checkpoints scored in process: about 28 s"},
+    "test_benchmark_engine.py": {
+        "test_tp_on_pairs_scores_as_one_process": "each --tp pass starts two processes that import torch and transformers"},
     "test_engine.py": {
         # real RM-Bench prompts (3 a domain) scored, then scored again by tests/reference.py's plain
         # forwards (20-45 s each under load); the quick tier keeps test_rm_matches_official[llama-True]

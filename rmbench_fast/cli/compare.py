@@ -1,5 +1,6 @@
 """`rmbench-fast compare RUN_A RUN_B ...`: runs on the same prompts, with intervals, paired
-differences and the prompts they disagree on most."""
+differences and the prompts they disagree on most; runs of another benchmark (--benchmark, or
+their summary.json) on the same rows, by engine.benchmark_compare."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from ..engine.options import BENCHMARK_NAMES
 from ..errors import UsageError
 
 
@@ -30,7 +32,10 @@ def _same(a: str, b: str) -> bool:
               help="Prompts listed per pair: those the two runs disagree on most.")
 @click.option("--json", "json_path", default=None, metavar="FILE",
               help="Also write the comparison as JSON to FILE ('-': print it instead of the table).")
-def compare(runs, baseline, resamples, seed, level, top, json_path):
+@click.option("--benchmark", type=click.Choice(BENCHMARK_NAMES), default=None,
+              help="The benchmark the runs are of [default: what their summary.json says]; runs of another "
+                   "benchmark are refused.")
+def compare(runs, baseline, resamples, seed, level, top, json_path, benchmark):
     """Compare runs on the same prompts: each metric's value with its interval, each run's
     difference from the baseline with a paired-bootstrap interval and p-value, and the prompts on
     which they disagree most.
@@ -56,7 +61,16 @@ def compare(runs, baseline, resamples, seed, level, top, json_path):
 
     Disagreement of a prompt: the sum over its 9 cells (chosen i beat rejected j: 0/1 for a
     scalar model, win rates for a judge) of |A - B|; --json lists both runs' cells and scores.
+
+    Runs of another benchmark (`score --benchmark`: folders with results.jsonl and summary.json, or
+    sweep folders of such runs): rows are matched by subset and id (rows in some runs only are
+    counted and named in the legend); the benchmark's score, sections and subsets, recomputed on
+    the common rows by its own rules, with intervals (bootstrap over rows within each subset) and
+    paired differences; then the rows whose results differ most. See docs/benchmark-sweeps.md.
     """
+    from ..engine.benchmark_compare import choose, compare_bench_runs, load_bench_run
+    from ..engine.benchmarks import RM_BENCH
+    from ..results.benchmark_compare import format_bench_comparison
     from ..results.compare import compare_runs, format_comparison, load_run
     from ..results.sweep_folder import expand, matches
 
@@ -79,12 +93,16 @@ def compare(runs, baseline, resamples, seed, level, top, json_path):
         if any(_same(r, s) for s in seen):
             raise UsageError(f"run {r} is given twice")
         seen.append(r)
-    result = compare_runs([load_run(r) for r in runs], 0, resamples, seed, level, top)
+    kind = choose(runs, benchmark)  # RM-Bench, or the one other benchmark all the runs are of
+    if kind == RM_BENCH:
+        result = compare_runs([load_run(r) for r in runs], 0, resamples, seed, level, top)
+    else:
+        result = compare_bench_runs([load_bench_run(r) for r in runs], resamples, seed, level, top)
     text = json.dumps(result, indent=2)
     if json_path == "-":
         click.echo(text)
         return
-    click.echo(format_comparison(result))
+    click.echo(format_comparison(result) if kind == RM_BENCH else format_bench_comparison(result))
     if json_path is not None:
         from ..store.atomic import atomic_write_text
 

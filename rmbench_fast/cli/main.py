@@ -166,6 +166,7 @@ def score(model, output, **kw):
 @click.option("--no-plots", is_flag=True, help="Skip the pictures and report at the end.")
 @click.option("--baseline", default=None, metavar="CHECKPOINT", help="The checkpoint every other is compared with "
               "(paired bootstrap; sweep.json's vs_baseline): a folder name, path or step [default: the first].")
+@benchmark_options
 @scoring_options
 def sweep(models, checkpoints, output, no_plots, baseline, **kw):
     """Score every checkpoint of a training run, ordered by step.
@@ -176,16 +177,14 @@ def sweep(models, checkpoints, output, no_plots, baseline, **kw):
     model passes, which the last line counts ("4 model passes (3 checkpoints + 1 reference): 4
     computed, 0 from the result store"). sweep.csv / sweep.json are updated after every
     checkpoint; a rerun of the same command after a crash recomputes nothing that finished, and a
-    checkpoint whose files changed is scored again.
+    checkpoint whose files changed is scored again. Other benchmarks (--benchmark): docs/benchmark-sweeps.md.
     """
-    from ..engine.sweep import find_checkpoints, passes_line, run_sweep
+    from ..engine.sweep import find_checkpoints, passes_line, run_sweep, sweep_text
 
     found = find_checkpoints(models, checkpoints)
     result = run_sweep(score_options(None, None, kw), found, output, plots=not no_plots, echo=click.echo,
                        baseline=baseline)
-    from ..results.plots import sweep_table
-
-    click.echo("\n" + sweep_table(result["checkpoints"], root=output))
+    click.echo("\n" + sweep_text(result, output))
     click.echo(f"\n{passes_line(result, len(found))}; tables in {output}/sweep.csv and {output}/sweep.json")
 
 

@@ -11,6 +11,9 @@ Each checkpoint is compared with a baseline (the first, or --baseline) by a pair
 same prompts (engine.versus): neighbouring checkpoints differ by a point or two, which a domain's
 ~330 prompts move by sampling alone, so each row says whether its difference is more than that
 ("significant": the interval excludes 0).
+
+Another benchmark than RM-Bench (--benchmark NAME, or detected from --data once for the sweep) goes
+through engine.benchmark_sweep: rows of its own numbers, compared with the baseline on the same rows.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..store.atomic import atomic_write_json, atomic_write_text
+from .benchmarks import RM_BENCH, benchmark_of
+from .benchmarks import check as check_benchmark
 from .finished import finished_run
 from .options import ScoreOptions
 from .versus import Comparisons, baseline_index  # noqa: F401  (both long imported from here)
@@ -131,15 +136,27 @@ def _csv_row(row: dict) -> dict:
     return out
 
 
-def _write_tables(out: Path, rows: list[dict], meta: dict) -> None:
+def _write_tables(out: Path, rows: list[dict], meta: dict, flatten=None) -> None:
+    """sweep.json and sweep.csv (rows flattened by `flatten`, default an RM-Bench row's _csv_row)."""
     atomic_write_json(out / "sweep.json", {**meta, "checkpoints": rows})
     buf = io.StringIO()
-    flat = [_csv_row(r) for r in rows]
+    flat = [(flatten or _csv_row)(r) for r in rows]
     fields = list(dict.fromkeys(k for r in flat for k in r))
     w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     w.writeheader()
     w.writerows(flat)
     atomic_write_text(out / "sweep.csv", buf.getvalue())
+
+
+def sweep_text(result: dict, root) -> str:
+    """The table the command prints: results.plots' for RM-Bench, engine.benchmark_sweep's for another."""
+    if "benchmark" in result:
+        from .benchmark_sweep import table
+
+        return table(result["checkpoints"])
+    from ..results.plots import sweep_table
+
+    return sweep_table(result["checkpoints"], root=root)
 
 
 def _sub_dirs(checkpoints) -> list[str]:
@@ -159,12 +176,25 @@ def run_sweep(o: ScoreOptions, checkpoints: list[tuple[int | None, str]], output
     out = Path(output)
     subs = _sub_dirs(checkpoints)
     b = baseline_index(checkpoints, subs, baseline)
+    name = benchmark_of(o)  # --benchmark, else detected from --data (one line when it is not RM-Bench)
+    if name != RM_BENCH:
+        o = replace(o, benchmark=name)  # detected once: its checkpoints' runs say nothing more
+        check_benchmark(o, name)
     out.mkdir(parents=True, exist_ok=True)
     # the resamples of summary.json's intervals (--bootstrap; 0: no intervals, plain differences from the baseline)
     versus = Comparisons(b, subs[b], o.bootstrap)  # named by its sub-folder: unique among the checkpoints
     meta = {"options": {k: v for k, v in vars(o).items() if k != "model"}, "n_checkpoints": len(checkpoints),
             "started": time.strftime("%Y-%m-%d %H:%M:%S"), "baseline": versus.name}
     passes = Passes()
+    if name != RM_BENCH:
+        from .benchmark_sweep import run_benchmark_sweep
+
+        rows = run_benchmark_sweep(o, name, checkpoints, subs, b, out, {**meta, "benchmark": name}, hooks, echo,
+                                   passes, _write_tables)
+        if plots and rows:
+            echo(f"no pictures or report.md for a {name} sweep yet (RM-Bench sweeps only): sweep.csv and sweep.json "
+                 "hold its numbers")
+        return {"benchmark": name, "checkpoints": rows, **passes.counts(), "checkpoints_read_back": 0, "plots_s": 0.0}
     if o.engine == "ray":
         rows, reused = _sweep_on_ray(o, checkpoints, subs, out, meta, hooks, echo, versus, passes)
     else:

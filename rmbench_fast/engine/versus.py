@@ -4,7 +4,8 @@
 Why: neighbouring checkpoints differ by a point or two, which a domain's ~330 prompts move by
 sampling alone, so each row says whether its difference is more than that ("significant": the
 interval excludes 0). Checkpoints are paired prompt by prompt, so one scored on other prompts is
-refused rather than compared.
+refused rather than compared. A sweep of another benchmark (`sweep --benchmark`) compares its
+checkpoints row by row by that benchmark's numbers (BenchmarkComparisons, engine.benchmark_paired).
 """
 
 from __future__ import annotations
@@ -107,3 +108,49 @@ class Comparisons:
                 metrics = self._metrics(k)
                 if metrics is not None:
                     row["vs_baseline"] = {"baseline": self.name, "metrics": metrics}
+
+
+class BenchmarkComparisons:
+    """Comparisons for a sweep of another benchmark (`sweep --benchmark`): every checkpoint against
+    the baseline on the same rows, by the benchmark's own numbers (engine.benchmark_paired):
+    row["vs_baseline"] = {"baseline": its sub-folder, "score", "subsets"[, "sections"] ...}, each
+    {"diff", "low", "high", "p", "significant"}; None for the baseline itself, no key while the
+    baseline is not scored yet. Rows are matched by (subset, id): a checkpoint scored on other rows
+    than the first one is refused, naming a row only one of them has."""
+
+    def __init__(self, benchmark: str, bench, baseline: int, name: str, resamples: int = 10_000, seed: int = 0,
+                 level: float = 0.95):
+        self.benchmark, self.bench, self.baseline, self.name = benchmark, bench, baseline, name
+        self.resamples, self.seed, self.level = resamples, seed, level
+        self.scores, self.rows, self.keys, self.first = {}, None, None, None
+
+    def add(self, k: int, rows: list, scores: list, folder: Path) -> None:
+        """Checkpoint k's rows (tasks.Row) and each row's response scores (chosen, then rejected)."""
+        keys = [(r.subset, r.id) for r in rows]
+        if self.keys is None:
+            self.keys, self.rows, self.first = keys, list(rows), folder.name
+        elif keys != self.keys:
+            mine, theirs = set(keys), set(self.keys)
+            only = [f"{x[0]}/{x[1]} only in {where}" for x, where in
+                    ((min(mine - theirs, default=None, key=repr), folder.name),
+                     (min(theirs - mine, default=None, key=repr), self.first)) if x]
+            what = ("; ".join(only) if only else "the same rows in another order" if len(keys) == len(self.keys)
+                    else f"{len(keys)} rows against {len(self.keys)}")
+            raise DataError(folder / "results.jsonl", f"checkpoint {folder.name} was scored on other rows than "
+                            f"checkpoint {self.first} ({what}): a sweep compares its checkpoints row by row; score "
+                            f"them on the same data and --limit")
+        self.scores[k] = [list(map(float, s)) for s in scores]
+
+    def fill(self, rows: dict) -> None:
+        """rows: checkpoint index -> its sweep.json row."""
+        from .benchmark_paired import paired
+
+        if self.baseline not in self.scores:
+            return
+        for k, row in rows.items():
+            if k == self.baseline:
+                row["vs_baseline"] = None
+            elif row.get("vs_baseline") is None and k in self.scores:
+                got = paired(self.benchmark, self.bench, self.rows, self.scores[self.baseline], self.scores[k],
+                             self.resamples, self.seed, self.level)
+                row["vs_baseline"] = {"baseline": self.name, **got}

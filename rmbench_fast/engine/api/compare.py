@@ -6,7 +6,8 @@ A sweep folder (`sweep --output DIR`) stands for its checkpoints' run folders in
 the same model are told apart by what differs between them: their training step (the folder they
 were written to, `step-500` or `checkpoint-500`), else their options (`limit=1`), else their order
 (`run 2`), never refused as "a run given twice". A bad option is one line naming its keyword
-(`level=2`), as engine.option_names names them.
+(`level=2`), as engine.option_names names them. Runs of another benchmark (benchmark=, or their
+summary.json) go to engine.benchmark_compare.
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ class Comparison(dict):
     table the CLI prints."""
 
     def table(self) -> str:
+        from ...results.benchmark_compare import format_bench_comparison
         from ...results.compare import format_comparison
 
-        return format_comparison(self)
+        return format_bench_comparison(self) if "benchmark" in self else format_comparison(self)
 
 
 def _step(r: Result) -> int | None:
@@ -140,8 +142,30 @@ def _check(bootstrap, seed, level, top) -> None:
         raise UsageError(f"{api_name('top', top)}: prompts listed per pair, a whole number >= 0")
 
 
+def _kind(items: list, benchmark) -> tuple[str, list]:
+    """The one benchmark of the runs (engine.benchmark_compare.choose) and the runs, a Result of
+    another benchmark as its output folder (its results.jsonl holds what is compared)."""
+    from ..benchmark_compare import choose
+    from ..benchmarks import RM_BENCH
+
+    out = []
+    for r, name in items:
+        other = isinstance(r, Result) and r.summary.get("benchmark") not in (None, RM_BENCH)
+        if other and not r.output:
+            raise UsageError(f"compare: {name} is a {r.summary['benchmark']} Result without files: score it with "
+                             "output= and compare that folder")
+        out.append((r.output if other else r, name))
+    paths = [r for r, _ in out if not isinstance(r, Result)]
+    kind = choose(paths, benchmark) if paths else RM_BENCH
+    if kind != RM_BENCH and len(paths) < len(out):
+        raise UsageError(f"compare: RM-Bench Results among {kind} runs: compare runs of one benchmark")
+    if benchmark is not None and benchmark != kind:
+        raise UsageError(f"{api_name('benchmark', benchmark)}: the runs are RM-Bench runs")
+    return kind, out
+
+
 def compare(*runs, baseline=0, names=None, bootstrap: int = 10_000, seed: int = 0, level: float = 0.95,
-            top: int = 10) -> Comparison:
+            top: int = 10, benchmark: str | None = None) -> Comparison:
     """Runs on the same prompts, as `rmbench-fast compare`: each metric with its interval, each run
     against the baseline with a paired-bootstrap interval and p-value, and the prompts they disagree
     on most. A run is a run folder, a results file, a sweep folder (its checkpoints, in step order)
@@ -150,7 +174,11 @@ def compare(*runs, baseline=0, names=None, bootstrap: int = 10_000, seed: int = 
     (default the first); names: one per run given, in the order given (default: the path, or a
     Result's model, told apart from another Result of the same model by step, options or order; a
     sweep's checkpoints are `<name>/<sub-folder>`); bootstrap, seed, level, top: the CLI's options
-    of the same names (resamples, 0 for none; the seed; the intervals' level; prompts listed per pair)."""
+    of the same names (resamples, 0 for none; the seed; the intervals' level; prompts listed per pair);
+    benchmark: the benchmark the runs are of (default: what their summary.json says). Runs of
+    another benchmark than RM-Bench (folders of `score --benchmark`, or Results written to one)
+    are compared on the same rows by engine.benchmark_compare (no .table() of RM-Bench's metrics:
+    its table is results.benchmark_compare's)."""
     from ...results.compare import Run, compare_runs, load_run
     from ...results.metrics import cells_from_scores
 
@@ -161,8 +189,15 @@ def compare(*runs, baseline=0, names=None, bootstrap: int = 10_000, seed: int = 
         raise UsageError(f"names: {len(names)} names for {len(runs)} runs")
     entries = _entries(runs, names)
     b = _baseline(entries, baseline)
+    kind, ordered = _kind([(r, name) for r, name, _ in [entries[b]] + [e for k, e in enumerate(entries) if k != b]],
+                          benchmark)
+    if kind != "rm-bench":
+        from ..benchmark_compare import compare_bench_runs, load_bench_run
+
+        return Comparison(compare_bench_runs([load_bench_run(r, name) for r, name in ordered], bootstrap, seed, level,
+                                             top))
     loaded = []
-    for r, name, _ in [entries[b]] + [e for k, e in enumerate(entries) if k != b]:
+    for r, name in ordered:
         if isinstance(r, Result):
             loaded.append(Run(name, r.output or name, r.names, list(r.domains), cells_from_scores(r.chosen, r.rejected),
                               r.chosen, r.rejected))

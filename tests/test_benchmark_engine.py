@@ -71,3 +71,36 @@ def test_share_prefix_on_pairs_scores_as_unshared(models, texts, tmp_path, mode)
     for side in ("chosen", "rejected"):
         a, b = getattr(runs[False], side), getattr(runs[True], side)
         np.testing.assert_allclose(np.concatenate(a), np.concatenate(b), atol=2e-4, rtol=0)
+
+
+@pytest.mark.slow  # two gloo ranks, each a process importing torch and transformers
+@pytest.mark.parametrize("mode", ["rm", "dpo"])
+def test_tp_on_pairs_scores_as_one_process(models, texts, tmp_path, mode):
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in pairs_rows(texts)) + "\n")
+    m = models["llama"]
+    kw = dict(model=m["rm"]) if mode == "rm" else dict(model=m["policy"], ref_model=m["ref"])
+    one, two = (score(ScoreOptions(**kw, data=str(data), benchmark="pairs", progress=False, bootstrap=0, cache=False,
+                                   tp=tp, dtype="float32", output=str(tmp_path / f"tp{tp}"))) for tp in (1, 2))
+    assert all(info["tp"] == 2 for info in two.run["models"].values())
+    for side in ("chosen", "rejected"):
+        # a DPO score sums up to ~1900 token log-probs: the split reductions move it by ~1e-5
+        np.testing.assert_allclose(np.concatenate(getattr(two, side)), np.concatenate(getattr(one, side)),
+                                   atol=1e-5 if mode == "rm" else 1e-4, rtol=0)
+    assert two.summary["subsets"] == one.summary["subsets"] and two.summary["score"] == one.summary["score"]
+
+
+def test_reward_bench_without_a_known_subset_has_a_score_interval():
+    """Its score is the pooled accuracy over every row (rewardbench's overall): so is every resample's."""
+    from rmbench_fast.engine.benchmark_intervals import intervals
+    from rmbench_fast.tasks import get
+    from rmbench_fast.tasks.base import Row
+
+    bench = get("reward-bench")
+    rows = [Row(n, "x" if n % 3 else "y", "p", ("a",), ("b",), "t", n, {}) for n in range(30)]
+    scores = [[1.0, 0.0] if n % 4 else [0.0, 1.0] for n in range(30)]
+    summary = bench.aggregate(rows, scores)
+    assert summary["score"] == sum(1 for n in range(30) if n % 4) / 30
+    got = intervals("reward-bench", bench, rows, scores, summary, 400)
+    low, high = got["score"]
+    assert low < summary["score"] < high and high - low < 0.5

@@ -58,7 +58,10 @@ def intervals(name: str, bench, rows: list, row_scores: list, summary: dict, res
     if name == "reward-bench":
         from ..tasks.rewardbench import summarize
 
-        numbers = [summarize({s: float(d[b]) for s, d in draws.items()}) for b in range(resamples)]
+        # no known subset: the score is the pooled accuracy (summarize's `overall`), resampled too
+        n = {s: len(per[s][0]) for s in per}
+        pooled = sum(draws[s] * n[s] for s in per) / max(1, sum(n.values())) if per else np.full(resamples, np.nan)
+        numbers = [summarize({s: float(d[b]) for s, d in draws.items()}, float(pooled[b])) for b in range(resamples)]
         out["score"] = _bounds(np.array([n["score"] for n in numbers], float), level)
         out["sections"] = {k: _bounds(np.array([n["sections"][k] for n in numbers], float), level)
                            for k in numbers[0]["sections"]}

@@ -184,6 +184,10 @@ SLOW_FILES = {
 }
 # file: {test: why}. A test is its function's name (every parametrization) or one id, `name[param]`.
 SLOW_TESTS = {
+    "test_judge_benchmarks.py": {
+        name: "rewardbench 0.1.4 in the peer env's subprocess" for name in (
+            "test_reward_bench_pairwise_follows_sections", "test_reward_bench_2_pairwise",
+            "test_four_way_numbers_slots_and_parse_errors", "test_ratings_share_tied_top_and_fail_to_a_quarter")},
     "test_benchmark_sweep_compare.py": {
         "test_sweep_scores_each_checkpoint_as_a_benchmark_run": "three checkpoints scored in process: about 28 s"},
     "test_benchmark_engine.py": {

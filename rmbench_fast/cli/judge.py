@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import click
 
+from ..engine.options import BENCHMARK_NAMES
 from ..judges.options import BACKENDS, ORDERS, VERDICTS, JudgeOptions, default
 
 
 @click.command()
 @click.option("--model", required=True, help="The judge: a local folder or hub id (--backend hf), or the model "
               "name the server serves (--backend openai).")
-@click.option("--data", default=default("data"), show_default=True, help="RM-Bench data: folder, .json/.jsonl "
-              "file, or hub dataset id.")
+@click.option("--data", default=default("data"), show_default=True, help="The data: RM-Bench's folder, .json/.jsonl "
+              "file or hub id; another benchmark's .json/.jsonl/.parquet file or folder.")
+@click.option("--benchmark", type=click.Choice(BENCHMARK_NAMES), default=None,
+              help="The benchmark the data holds: each comparison judged pairwise, its numbers by its own rules "
+                   "[default: detected from --data, one line says which].")
 @click.option("--output", "-o", default=None, help="Folder for results.json (each prompt's 3x3 cells), "
               "summary.json, judgements.jsonl (every request and answer) and run.json.")
 @click.option("--backend", type=click.Choice(BACKENDS), default=None,
@@ -29,8 +33,9 @@ from ..judges.options import BACKENDS, ORDERS, VERDICTS, JudgeOptions, default
               help="Seconds one attempt may take (openai).")
 @click.option("--protocol", default=default("protocol"), show_default=True,
               help="Template, verdict parser and tie/invalid rules: rmbench (RM-Bench README's template, last "
-                   "\\boxed{A>B}), rewardbench (rewardbench 0.1.4's [[A]]/[[B]]), rm-r1, rm-r1-reasoning, or "
-                   "custom (--template and --verdict-regex).")
+                   "\\boxed{A>B}), rewardbench (rewardbench 0.1.4's [[A]]/[[B]]), rm-r1, rm-r1-reasoning, "
+                   "custom (--template and --verdict-regex); reward-bench-2 only: rb2-4way (one of four, the chosen "
+                   "slot drawn from --seed) or rb2-ratings (each response rated 1-10).")
 @click.option("--template", default=None, help="A Jinja file over question, answer_a, answer_b (one user "
               "message; a .json file: a list of {role, content} messages).")
 @click.option("--verdict-regex", default=None, help="A regex whose last match decides, by its group 'verdict' "
@@ -62,7 +67,8 @@ from ..judges.options import BACKENDS, ORDERS, VERDICTS, JudgeOptions, default
               help="--verdict logits: Ray workers.")
 @click.option("--gpus-per-worker", type=float, default=default("gpus_per_worker"), show_default=True,
               help="--verdict logits: GPUs per Ray worker.")
-@click.option("--limit", type=int, default=None, help="Only the first N prompts of each domain.")
+@click.option("--limit", type=int, default=None,
+              help="Only the first N prompts of each domain (another benchmark: rows of each subset).")
 @click.option("--domains", multiple=True, help="Only these domains (chat, code, math, safety-refuse, "
               "safety-response, safety); repeat or separate with commas.")
 @click.option("--chat-template", default=None, help="hf: a Jinja chat template file replacing the tokenizer's.")
@@ -97,6 +103,11 @@ def judge(no_cache, quiet, domains, **kw):
     resumes without asking anything twice, and a changed --protocol parser, --verdict-regex, --tie
     or --invalid re-parses the stored answers without generating. `rmbench-fast accuracy` and
     `rmbench-fast plot` read the output folder as they read a score run's.
+
+    Another benchmark (--benchmark reward-bench, reward-bench-2 or pairs, or detected from --data):
+    each of its comparisons is one pairwise judgement, and its own rules make the numbers
+    (summary.json as `score --benchmark` writes it); RewardBench 2 also takes --protocol rb2-4way
+    and rb2-ratings (docs/judging-benchmarks.md).
     """
     from ..judges.run import judge as run_judge
     from ..judges.validity import table_lines
@@ -106,6 +117,9 @@ def judge(no_cache, quiet, domains, **kw):
     o = JudgeOptions(**kw, domains=tuple(domains), cache=not no_cache, progress=not quiet)
     result = run_judge(o)
     run = result.run
+    if run.get("benchmark"):
+        benchmark_lines(result, o)
+        return
     click.echo(format_table(result.summary, about_line(run_facts(run))))
     if run.get("verdict") == "logits":
         speed = f"{run['tokens_per_s']:,.0f} tokens/s" if run["tokens_per_s"] else "from the result store"
@@ -131,3 +145,19 @@ def position_bias(run: dict) -> str:
     if pb["first_shown_wins"] is None:
         return "position bias: no pair was decided"
     return f"position bias: the first answer won {100 * pb['first_shown_wins']:.1f}% of decided pairs ({pb['verdicts']})"
+
+
+def benchmark_lines(result, o) -> None:
+    """Another benchmark's judge run: its numbers (as `score --benchmark` prints them), the answers
+    without a verdict, and the run's counts."""
+    from ..engine.benchmarks import table
+    from ..judges.validity import table_lines
+
+    run = result.run
+    click.echo(table(result.summary))
+    click.echo("\n" + "\n".join(table_lines(run, run["invalid_rule"])))
+    bias = f"; {position_bias(run)}" if "position_bias" in run else ""
+    click.echo(f"\n{run['asks']} verdicts ({run['requests']} requests: {run['from_store']} from the store, "
+               f"{run['generated']['requests']} generated){bias}")
+    if o.output:
+        click.echo(f"results: {o.output}/results.jsonl, summary.json, judgements.jsonl, run.json")

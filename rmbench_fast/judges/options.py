@@ -17,6 +17,7 @@ VERDICTS = ("text", "logits")
 class JudgeOptions:
     model: str  # a local folder or hub id (hf), or the model name a server serves (openai)
     data: str = HUB_DEFAULT
+    benchmark: str | None = None  # rm-bench, reward-bench, reward-bench-2, pairs; default: detected from --data
     output: str | None = None
     backend: str | None = None  # BACKENDS; default: openai with --base-url, else hf
     base_url: str | None = None  # an OpenAI-compatible server, e.g. http://localhost:8000/v1

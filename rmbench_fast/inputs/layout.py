@@ -6,6 +6,11 @@ i // 6, style (i % 6) // 2, and is rejected when i is odd. Tokenization, batchin
 the scorers' outputs and the results all use this order. A row of another benchmark
 (engine.benchmarks) lists its own `responses` (its chosen, then its rejected): its sequences are
 those, consecutive, in that order.
+
+A sample's prompt, or a response, may be a conversation (a list of {role, content} messages): its
+text is then the whole conversation through the chat format (templates.ChatFormat.text), and what a
+scorer scores as the response is what follows the prompt's turns (DPO: the tokens after the
+prompt's own rendering, as encode_dpo cuts them; RM: the full text, as for strings).
 """
 
 from __future__ import annotations
@@ -27,7 +32,26 @@ def responses(sample) -> list[str]:
 
 def full_texts(samples, fmt) -> list[str]:
     """Every sequence's text (its prompt and response through the chat format `fmt`), in layout order."""
-    return [fmt.text(s.prompt, r) for s in samples for r in responses(s)]
+    return [text(fmt, s, r) for s in samples for r in responses(s)]
+
+
+def prompt_texts(samples, fmt) -> list[str]:
+    """Every sample's prompt alone through the chat format (no generation prompt, as the official
+    DPO flow renders it): what encode_dpo removes from each full text."""
+    return [text(fmt, s) for s in samples]
+
+
+def text(fmt, sample, response=None) -> str:
+    """fmt.text of the sample's prompt (and response); a conversation that the format cannot
+    render names its sample."""
+    if isinstance(sample.prompt, str) and (response is None or isinstance(response, str)):
+        return fmt.text(sample.prompt) if response is None else fmt.text(sample.prompt, response)
+    from ..errors import UsageError
+
+    try:
+        return fmt.text(sample.prompt, response)
+    except UsageError as e:
+        raise UsageError(f"{sample.name}: {e}") from None
 
 
 def sequence_name(samples, i: int) -> str:

@@ -8,6 +8,13 @@ by default. FastChat names: `tulu` is built in; every other name of FastChat's r
 three rewardbench registers: pku-align, openbmb, Ziya) comes from the `fschat` package
 (pip install 'rmbench-fast[fastchat]').
 
+Conversations (a prompt, or a response, given as a list of {role, content} messages: the
+RewardBench prior sets' prompts, conversational pairs) render through the same choice, every turn:
+the tokenizer's template over the whole message list (only role and content passed), or the
+FastChat template with each user / assistant turn appended in order (a leading system message as
+the template's system message), as rewardbench's prepare_dialogue builds its multi-turn texts. A
+string prompt with a string response keeps the single-turn path above, unchanged.
+
 rmbench-fast also lets --chat-template override a tokenizer's own template (a FastChat name, a
 Jinja file, or another of its named templates): that departs from the official flow, so it is
 warned about and recorded in run.json.
@@ -45,6 +52,44 @@ class NewlineTemplate:
             out += f"{role}\n{message}{self.sep}" if message else f"{role}\n"
         return out
 
+    def render_messages(self, messages: list) -> str:
+        """Every turn of a conversation, the way `render` writes one (a leading system message as
+        the system text)."""
+        system, turns = split_system(messages)
+        system = self.system if system is None else system
+        out = "" if system == "" else system + self.sep
+        for role, message in turns:
+            role = self.user if role == "user" else self.assistant
+            out += f"{role}\n{message}{self.sep}" if message else f"{role}\n"
+        return out
+
+
+def split_system(messages: list) -> tuple[str | None, list[tuple[str, str]]]:
+    """(the leading system message's content or None, the (role, content) turns after it). Roles
+    other than user and assistant (or a system message later on) are refused: a FastChat template
+    has two roles."""
+    system = None
+    turns = []
+    for j, m in enumerate(messages):
+        role, content = m["role"], m["content"]
+        if role == "system" and j == 0:
+            system = content
+        elif role in ("user", "assistant"):
+            turns.append((role, content))
+        else:
+            where = "a system message after the first turn" if role == "system" else f"the role {role!r}"
+            raise UsageError(f"a conversation holds {where} (message {j}): a FastChat template renders a "
+                             "leading system message and user / assistant turns only")
+    return system, turns
+
+
+def as_messages(value, role: str) -> list:
+    """A prompt (role user) or response (role assistant): a string as one message of that role, a
+    list of messages as its own {role, content} messages."""
+    if isinstance(value, str):
+        return [{"role": role, "content": value}]
+    return [{"role": m["role"], "content": m["content"]} for m in value]
+
 
 BUILTIN = {"tulu": NewlineTemplate("<|user|>", "<|assistant|>")}
 
@@ -71,6 +116,17 @@ class FastChatTemplate:
     def render(self, prompt: str, response: str | None) -> str:
         conv = self._get(self.name)
         conv.messages = [[conv.roles[0], prompt]] + ([] if response is None else [[conv.roles[1], response]])
+        return conv.get_prompt()
+
+    def render_messages(self, messages: list) -> str:
+        """Every turn appended in order (roles[0] for user, roles[1] for assistant), as
+        prepare_dialogue fills `dialogue_template.messages`; a leading system message is set as the
+        template's system message."""
+        conv = self._get(self.name)
+        system, turns = split_system(messages)
+        if system is not None:
+            conv.set_system_message(system)
+        conv.messages = [[conv.roles[0] if role == "user" else conv.roles[1], text] for role, text in turns]
         return conv.get_prompt()
 
 
@@ -115,12 +171,29 @@ class ChatFormat:
             self.departure = (f"--chat-template {choice} is a Jinja file; the official flow takes FastChat template "
                               "names only")
 
-    def text(self, prompt: str, response: str | None = None) -> str:
+    def text(self, prompt, response=None) -> str:
+        """The text of (prompt) or (prompt, response). Strings: one user turn and one assistant turn
+        (RM-Bench's path). A list of messages on either side: the whole conversation, the prompt's
+        turns then the response's (a string response is one assistant turn). No turn at all (the
+        prompt of conversational pairs sharing no leading turn) is the empty text: all is response."""
+        if isinstance(prompt, str) and (response is None or isinstance(response, str)):
+            return self._single(prompt, response)
+        messages = as_messages(prompt, "user") + ([] if response is None else as_messages(response, "assistant"))
+        if not messages:
+            return ""
+        if self.template is not None:
+            return self.template.render_messages(messages)
+        return self._jinja(messages)
+
+    def _single(self, prompt: str, response: str | None) -> str:
         if self.template is not None:
             return self.template.render(prompt, response)
         messages = [{"role": "user", "content": prompt}]
         if response is not None:
             messages.append({"role": "assistant", "content": response})
+        return self._jinja(messages)
+
+    def _jinja(self, messages: list) -> str:
         try:
             out = self.tokenizer.apply_chat_template(messages, chat_template=self.jinja, tokenize=False)
         except Exception as e:

@@ -84,6 +84,11 @@ class Benchmark:
         """{benchmark, score, subsets, counts[, sections]} from each row's response scores."""
         raise NotImplementedError
 
+    def formatted(self, row: Row) -> tuple:
+        """(prompt, chosen, rejected) as the chat format renders them: strings, or lists of
+        {role, content} messages (a conversation, rendered turn by turn). By default the row's own."""
+        return row.prompt, row.chosen, row.rejected
+
     def load(self, path) -> list[Row]:
         return self.rows(read_items(path), str(path))
 

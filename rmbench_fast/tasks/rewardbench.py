@@ -13,6 +13,12 @@ older leaderboard's numbers come too (analysis/get_benchmark_results.py, `get_av
 = the average of Chat, Chat Hard, Safety, Reasoning and Prior Sets weighted [2, 2, 2, 2, 1], over
 those present (np.ma.average over the non-NaN ones). Data with no subset of either kind scores its
 overall accuracy over every row.
+
+Formatting (`formatted`): a string prompt is one user turn; a prior set's prompt (a list of messages)
+is rendered as rewardbench's prepare_dialogue / prepare_dialogue_from_tokenizer render it: the turns
+in order with their roles taken from their position, user for the 1st, 3rd, ... and assistant for the
+2nd, 4th, ... whatever each message's own `role` says, the last one a user turn (rewardbench asserts
+it; here `parse` refuses the row, naming its file and item), then the response as an assistant turn.
 """
 
 from __future__ import annotations
@@ -125,12 +131,24 @@ class RewardBench(Benchmark):
         prompt = v["prompt"]
         if isinstance(prompt, list):  # the prior sets: the conversation before the responses
             messages(item, prompt, "prompt")
+            if len(prompt) % 2 == 0:
+                raise item.error(f"the prompt's last message (message {len(prompt) - 1}) is an assistant turn by its "
+                                 "position (rewardbench alternates user, assistant, ... whatever the roles say, and "
+                                 "needs the prompt to end on a user turn)", "prompt")
         elif not isinstance(prompt, str):
             raise item.error(f"must be a string or a list of messages, got {kind(prompt)}", "prompt")
         chosen = need(item, "chosen", str, "a string")
         rejected = need(item, "rejected", str, "a string")
         subset = need(item, "subset", str, "a string (the subset's name)")
         return Row(row_id(item), subset, prompt, (chosen,), (rejected,), item.source, item.index, v)
+
+    def formatted(self, row: Row) -> tuple:
+        """(prompt, chosen, rejected) as rewardbench's prepare_dialogue* render them (see above)."""
+        if isinstance(row.prompt, str):
+            return row.prompt, row.chosen, row.rejected
+        turns = [{"role": "user" if i % 2 == 0 else "assistant", "content": m["content"]}
+                 for i, m in enumerate(row.prompt)]
+        return turns, row.chosen, row.rejected
 
     def comparisons(self, row: Row) -> list[tuple[int, int]]:
         return [(0, 1)]

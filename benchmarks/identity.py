@@ -31,7 +31,7 @@ TEMPLATE = "{{ bos_token }}{% for m in messages %}[{{ m['role'] | upper }}] {{ m
 def build(models: Path, data: str) -> None:
     sys.path.insert(0, str(REPO / "tests"))
     from rmbench_fast.inputs.data import load_dataset
-    from rmbench_fast.tiny.models.models import build_trio, corpus, train_tokenizer
+    from rmbench_fast.tiny.models import build_trio, corpus, train_tokenizer
 
     texts = corpus(load_dataset(data, limit=3))
     for name, kw in {"tmpl": dict(chat_template=TEMPLATE), "llama": dict(tokenizer_class="LlamaTokenizerFast"),
@@ -39,7 +39,7 @@ def build(models: Path, data: str) -> None:
         tok = train_tokenizer(texts, vocab_size=300, **kw)
         build_trio(models / name, tok, seeds=(10, 11, 12), hidden=32, layers=2, heads=4, max_positions=8192)
     import adapter_world
-    from rmbench_fast.tiny.models.adapters import tokenizer
+    from rmbench_fast.tiny.adapters import tokenizer
 
     world = {"root": models / "adapters", "toks": {}, "built": {}}
     world["root"].mkdir(exist_ok=True)

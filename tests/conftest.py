@@ -172,6 +172,7 @@ def write_json(path, obj):
 # Some files also mark themselves (pytestmark, @pytest.mark.slow); those marks stay, and are listed
 # here too, so that this list is complete.
 SLOW_FILES = {
+    "test_benchmark_formatting.py": "rewardbench 0.1.4's functions in the peer environment's subprocess",
     "test_parity.py": "runs RM-Bench's official flow (rewardbench 0.1.4, transformers 4.51) as its own process",
     "test_ray.py": "a Ray instance of worker processes",
     "test_ray_devices.py": "Ray instances of worker processes (125 s for the out-of-memory test alone)",
@@ -184,6 +185,9 @@ SLOW_FILES = {
 }
 # file: {test: why}. A test is its function's name (every parametrization) or one id, `name[param]`.
 SLOW_TESTS = {
+    "test_benchmark_truncation.py": {
+        "test_compat_runs_score_the_official_ids_and_count_the_cuts": "sequences over 2048 tokens, scored end to end",
+        "test_compat_dpo_on_pairs_counts_the_cuts": "sequences over 2048 tokens, scored end to end"},
     "test_judge_benchmarks.py": {
         name: "rewardbench 0.1.4 in the peer env's subprocess" for name in (
             "test_reward_bench_pairwise_follows_sections", "test_reward_bench_2_pairwise",

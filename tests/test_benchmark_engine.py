@@ -104,3 +104,41 @@ def test_reward_bench_without_a_known_subset_has_a_score_interval():
     got = intervals("reward-bench", bench, rows, scores, summary, 400)
     low, high = got["score"]
     assert low < summary["score"] < high and high - low < 0.5
+
+
+def test_domains_keep_the_named_subsets(models, texts, tmp_path):
+    from rmbench_fast.errors import UsageError
+
+    data = tmp_path / "pairs.jsonl"
+    rows = pairs_rows(texts)
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    o = dict(model=models["llama"]["rm"], data=str(data), benchmark="pairs", progress=False, bootstrap=0)
+    run = score(ScoreOptions(**o, domains=("chat,code",), output=str(tmp_path / "o")))
+    assert set(run.summary["subsets"]) == {"chat", "code"}
+    assert run.summary["n_rows"] == sum(r["subset"] in ("chat", "code") for r in rows)
+    with pytest.raises(UsageError, match="--domains nope: no such subset .*its subsets: chat"):
+        score(ScoreOptions(**o, domains=("nope",)))
+
+
+def test_a_known_hub_id_is_fetched_and_scored(models, texts, tmp_path, monkeypatch):
+    """allenai/reward-bench-2 as --data: its test split read from the (injected) snapshot; no network."""
+    from rmbench_fast.tasks import hub
+
+    rows = [{"id": str(n), "prompt": s.prompt, "chosen": [s.chosen[0]], "rejected": list(s.rejected[:2]),
+             "num_correct": 1, "num_incorrect": 2, "total_completions": 3, "models": ["m"] * 3, "subset": "Focus"}
+            for n, s in enumerate(texts[:3])]
+    (tmp_path / "snap" / "data").mkdir(parents=True)
+    (tmp_path / "snap" / "data" / "test-00000-of-00001.parquet").write_text(json.dumps(rows))
+    monkeypatch.setattr(hub, "read_items", lambda path: [  # its rows as JSON: pyarrow is no dependency
+        hub.Item(str(path), i, None, v) for i, v in enumerate(json.loads(path.read_text()))])
+    asked = []
+    monkeypatch.setattr(hub, "_download", lambda repo, patterns: asked.append((repo, patterns)) or tmp_path / "snap")
+    monkeypatch.chdir(tmp_path)
+    hub_run = score(ScoreOptions(model=models["llama"]["rm"], data="allenai/reward-bench-2", progress=False, bootstrap=0,
+                                 output=str(tmp_path / "hub")))
+    local = tmp_path / "rb2.json"
+    local.write_text(json.dumps(rows))
+    file_run = score(ScoreOptions(model=models["llama"]["rm"], data=str(local), progress=False, bootstrap=0,
+                                  output=str(tmp_path / "file")))
+    assert asked == [("allenai/reward-bench-2", ["data/test-*.parquet"])]
+    assert hub_run.summary["benchmark"] == "reward-bench-2" and hub_run.summary["score"] == file_run.summary["score"]

@@ -149,10 +149,9 @@ def test_the_command_line_prints_the_benchmarks_numbers(models, texts, tmp_path)
 
 
 @pytest.mark.parametrize("extra, message", [
-    (dict(compat="official"), "--compat official not yet supported"),
     (dict(tie_credit=0.5), "--tie-credit: only for --benchmark pairs"),
 ])
-def test_what_other_benchmarks_do_not_take_yet_is_one_line(models, texts, tmp_path, extra, message):
+def test_what_other_benchmarks_do_not_take_is_one_line(models, texts, tmp_path, extra, message):
     data = tmp_path / "rb.json"
     data.write_text(json.dumps(v1_rows(texts)))
     with pytest.raises(UsageError, match=message):

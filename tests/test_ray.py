@@ -103,3 +103,22 @@ def test_judge_logit_verdicts_on_ray_equal_local(cluster, tmp_path):
     p = [[json.loads(x)["p_chosen"] for x in (tmp_path / d / "judgements.jsonl").read_text().splitlines()]
          for d in ("a", "b")]
     assert np.allclose(p[0], p[1], atol=1e-6)
+
+
+def test_a_benchmark_on_ray_equals_local(cluster, tmp_path):
+    """Another benchmark's rows (pairs: 1 chosen against 1-3 rejected) through the workers: the same
+    scores and numbers as in this process."""
+    import json
+
+    items = json.loads(open(cluster["data"]).read())
+    rows = [{"id": n, "prompt": it["prompt"], "chosen": it["chosen"][0], "rejected": it["rejected"][n % 3],
+             "subset": it["domain"] if "domain" in it else "all"} for n, it in enumerate(items)]
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    base = options(cluster, tmp_path, data=str(data), benchmark="pairs", bootstrap=0)
+    local = score(replace(base, cache=False, output=str(tmp_path / "a")))
+    on_ray = score(replace(base, engine="ray", num_workers=2, output=str(tmp_path / "b")))
+    assert all(info["engine"] == "ray" for info in on_ray.run["models"].values())
+    np.testing.assert_array_equal(np.concatenate(on_ray.chosen), np.concatenate(local.chosen))
+    np.testing.assert_array_equal(np.concatenate(on_ray.rejected), np.concatenate(local.rejected))
+    assert on_ray.summary["score"] == local.summary["score"] and on_ray.summary["subsets"] == local.summary["subsets"]

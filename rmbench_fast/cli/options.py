@@ -12,6 +12,17 @@ from ..engine.options import (COMPAT, DEFAULT_MAX_TOKENS, DEVICE_MAPS, DTYPES, E
 from ..errors import UsageError
 
 
+def _score_span(ctx, param, value):
+    """--score-span checked when given (inputs.spans.parse: after:TEXT with TEXT not empty)."""
+    from ..inputs.spans import parse
+
+    try:
+        parse(value, None)
+    except UsageError as e:
+        raise click.BadParameter(str(e)) from None
+    return value
+
+
 def _opts():
     cpu, gpu = DEFAULT_MAX_TOKENS["cpu"], DEFAULT_MAX_TOKENS["cuda"]
     return [
@@ -40,6 +51,11 @@ def _opts():
                      help="Reproduce the official pipeline's truncation (RM: left, 2048 tokens; DPO: prompt "
                           "to its last 128 tokens, responses to 1920), its multi-label scores (the whole logits "
                           "vector, compared as a list) and, on CUDA, its precision (float16, 8-bit)."),
+        click.option("--score-span", default=None, metavar="after:TEXT", callback=_score_span,
+                     help="Score only what follows the last TEXT of each response (reasoning models: "
+                          "after:</think>). DPO sums the log-probs of those tokens with the reasoning kept as "
+                          "context; a reward model reads the response with everything up to TEXT removed. A "
+                          "response without TEXT is scored whole (run.json counts them)."),
         click.option("--label-index", type=int, default=None, help="Logit column of a multi-label reward head."),
         click.option("--adapter", default=None, help="Score with this reward-model adapter (`rmbench-fast adapters` "
                      "lists them) [default: chosen from the model's name as the official scripts do, else its "

@@ -5,15 +5,20 @@ score, and the benchmark turns the scores into its own numbers: summary.json hol
 `score`, `subsets` and (RewardBench) `sections`, as fractions; results.jsonl holds every response's
 score, so that each number can be recomputed from them.
 
-Not yet (issue 33, said where asked): conversational prompts (lists of messages), --compat official
-(each script's truncation), --share-prefix, --engine ray, --tp, --domains, sweeps, judges.
+A prompt or response may be a conversation (a list of {role, content} messages: RewardBench's prior
+sets, conversational pairs): the benchmark's `formatted` says how its turns go to the chat format
+(RewardBench: roles by position, as rewardbench's prepare_dialogue), which renders every turn.
+
+The engine's options apply as on RM-Bench: --share-prefix (a row's responses share its prompt),
+--tp, --engine ray, --limit (the first N rows of each subset), --domains (subset names), and a known
+hub id as --data (tasks.hub: the split the official scripts read).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -25,16 +30,14 @@ from .options import BENCHMARK_NAMES, RM_BENCH
 
 log = logging.getLogger("rmbench_fast")
 
-NOT_YET = {"compat": "--compat official", "domains": "--domains", "tp": "--tp"}
-
-
 @dataclass
 class TaskSample:
     """A benchmark's row as the scorers see a sample: `responses` is its scoring order (chosen, then
-    rejected); `domain` is its subset, which --limit counts."""
+    rejected); `domain` is its subset, which --limit counts. `prompt` and each response: a string,
+    or a list of {role, content} messages (the benchmark's `formatted` row)."""
     domain: str
     id: object
-    prompt: str
+    prompt: object
     chosen: tuple
     rejected: tuple
     subset: str
@@ -93,44 +96,54 @@ def check(o, name: str) -> None:
         if o.tie_credit:
             raise UsageError("--tie-credit: only for --benchmark pairs (RM-Bench counts a tie as wrong)")
         return
-    defaults = {f.name: f.default for f in fields(o)}
-    given = [flag for f, flag in NOT_YET.items() if getattr(o, f) != defaults[f]]
-    if o.engine != "local":
-        given.append("--engine ray")
-    if given:
-        raise UsageError(f"--benchmark {name}: {', '.join(given)} not yet supported for this benchmark "
-                         "(RM-Bench only for now)")
     if o.tie_credit and name != "pairs":
         raise UsageError(f"--tie-credit: only for --benchmark pairs ({name} counts a tie as wrong)")
-    if detect_hub(o.data):
-        raise UsageError(f"--data {o.data}: a hub dataset; download it to a folder (datasets' save_to_disk, "
-                         "or its JSON/Parquet files) and pass that folder")
-
-
-def detect_hub(data) -> bool:
-    from ..tasks import detect_hub_id
-
-    return detect_hub_id(data) is not None and not Path(str(data)).expanduser().exists()
 
 
 def load_samples(o, name: str) -> list[TaskSample]:
     """The benchmark's rows as samples, the first --limit of each subset."""
     from ..tasks import get
 
+    from ..tasks.hub import hub_id, hub_items
+
     bench = get(name, **({"tie_credit": o.tie_credit} if name == "pairs" and o.tie_credit else {}))
-    rows = bench.load(o.data)
+    repo = hub_id(o.data)
+    if repo is not None:  # a known hub id, asked for by name: its official split(s), fetched
+        items, notes = hub_items(repo)
+        if notes["skipped"]:
+            log.warning("--data %s: %s left out, as rewardbench leaves them out", repo,
+                        ", ".join(f"{k} ({n} rows)" for k, n in notes["skipped"].items()))
+        rows = bench.rows(items, repo)
+    else:
+        rows = bench.load(o.data)
+    rows = _only_subsets(rows, subsets_of(getattr(o, "domains", ())), o.data)
     taken: dict[str, int] = {}
     out = []
     for row in rows:
-        if not isinstance(row.prompt, str):
-            raise UsageError(f"{row.source}, item {row.index} (id {row.id!r}): a conversation as the prompt is not "
-                             "yet supported (a string prompt and string responses only, for now)")
         if o.limit is not None and taken.get(row.subset, 0) >= o.limit:
             continue
         taken[row.subset] = taken.get(row.subset, 0) + 1
-        out.append(TaskSample(row.subset, row.id, row.prompt, tuple(row.chosen), tuple(row.rejected), row.subset,
+        prompt, chosen, rejected = bench.formatted(row)  # a conversation: rendered turn by turn
+        out.append(TaskSample(row.subset, row.id, prompt, tuple(chosen), tuple(rejected), row.subset,
                               row.source, row.index, row))
     return out
+
+
+def subsets_of(domains) -> tuple:
+    """--domains for another benchmark: its subset names (repeated, or separated by commas)."""
+    return tuple(d.strip() for part in domains or () for d in str(part).split(",") if d.strip())
+
+
+def _only_subsets(rows: list, wanted: tuple, data) -> list:
+    """The rows of the subsets --domains names (all without it); a name no row has is an error listing
+    the data's subsets."""
+    if not wanted:
+        return rows
+    have = list(dict.fromkeys(r.subset for r in rows))
+    missing = [w for w in wanted if w not in have]
+    if missing:
+        raise UsageError(f"--domains {','.join(missing)}: no such subset in {data} (its subsets: {', '.join(have)})")
+    return [r for r in rows if r.subset in wanted]
 
 
 def per_row(samples: list[TaskSample], scores: np.ndarray) -> list[list[float]]:

@@ -73,6 +73,8 @@ class ScoreOptions:
     # resamples of the prompts for summary.json's 95% intervals (results.intervals; 0: none). Not one of
     # SCORED_OPTIONS: another count gives the same scores, so a folder is rewritten, not refused
     bootstrap: int = 10_000
+    # "after:TEXT": score only what follows the last TEXT of each response (inputs.spans; None: all of it)
+    score_span: str | None = None
 
 
 def memory_size(text) -> int:
@@ -126,4 +128,4 @@ def default(name: str):
 # The options that decide what a run's numbers are: a folder holding results of other values is
 # another run's.
 SCORED_OPTIONS = ("model", "ref_model", "mode", "ref_free", "data", "tokenizer", "chat_template", "dtype", "compat",
-                  "label_index", "adapter", "limit", "domains")
+                  "label_index", "adapter", "limit", "domains", "score_span")

@@ -216,7 +216,7 @@ def prepare(o: ScoreOptions, store: Store, reuse: dict | None = None, given: Giv
     if isinstance(run.logprob_impl, UsageError) and run.mode == "dpo" and run.adapter is None:
         raise run.logprob_impl
     impl = run.logprob_impl if isinstance(run.logprob_impl, str) else None
-    scorer = make_scorer(o, run.mode, run.adapter, config, tokenizer, target.compute, tok_path, impl)
+    scorer = make_scorer(o, run.mode, run.adapter, config, tokenizer, target.compute, tok_path, impl, run.benchmark)
     lent = given.model("model") if given is not None else None
     if lent is not None:  # scored in the dtype it is in, never cast
         precision = Precision(dtype_of(lent), False, "the loaded model's own dtype (passed in memory)")
@@ -231,7 +231,7 @@ def prepare(o: ScoreOptions, store: Store, reuse: dict | None = None, given: Giv
     tok_key = None if tok_fp is None else tokenized_key(
         scorer.code_modules(), tok_fp, fmt.name, fmt.jinja, fmt.text("{prompt}", "{response}"),
         data_fingerprint(samples), type(scorer).__name__, compat, official_tokenizer_class(tokenizer, tok_path),
-        fmt.tokenizer_has_template)
+        fmt.tokenizer_has_template, *scorer.encode_key())
     cached = store.get(tok_key) if tok_key else None
     if cached is not None:
         seqs = unpack(cached)

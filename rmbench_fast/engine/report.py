@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from ..inputs.batching import token_counts
+from ..inputs.spans import count
 from ..inputs.tokenize import OFFICIAL_MAX_LENGTH
 from ..store.keys import library_versions
 
@@ -65,7 +66,9 @@ def run_info(prep, o, passes: dict, store, t_start: float) -> dict:
         "passes_computed": len(computed),
         "max_sequence_tokens": int(lengths.max()) if len(lengths) else 0,
         "sequences_over_2048_tokens": int(sum(len(e.ids) + e.cut > OFFICIAL_MAX_LENGTH for e in seqs)),
+        # --compat official's cuts (0 without it), whatever the benchmark (inputs.tokenize)
         "truncated": {"sequences": int(sum(e.cut > 0 for e in seqs)), "tokens": int(sum(e.cut for e in seqs))},
+        "score_span": span_info(prep),
         "cache": {"dir": str(store.root) if store.enabled else None, "tokenized_from_cache": prep.tokenize_cached},
         "wall_s": time.perf_counter() - t_start,
         "load_s": prep.load_s,  # data, configs, tokenizers (before tokenizing and the passes)
@@ -74,6 +77,16 @@ def run_info(prep, o, passes: dict, store, t_start: float) -> dict:
         "tokens_per_s": computed_tokens / score_s if score_s > 0 and computed_tokens else None,
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
+
+
+def span_info(prep) -> dict | None:
+    """--score-span (inputs.spans): its TEXT, the responses, those without TEXT (scored whole) and, for
+    DPO, the sequences left with no scored token (compat truncation cut their span off); None without."""
+    text = getattr(prep.scorer, "span", None)
+    out = count(prep.samples, text)
+    if out is not None and prep.scorer.mode == "dpo":
+        out["sequences_without_scored_tokens"] = int(sum(len(e.ids) <= e.start for e in prep.seqs))
+    return out
 
 
 def memory_summary(passes: dict) -> dict:

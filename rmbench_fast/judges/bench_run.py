@@ -4,7 +4,7 @@ pairs`, or detected from the data as `score` detects it): rows (engine.benchmark
 verdicts -> each row's result -> the benchmark's numbers (judges.bench_scores, whose docstring says how
 pairwise verdicts feed each benchmark) -> results.jsonl, summary.json, judgements.jsonl and run.json.
 
-Not here (one line each when asked): --verdict logits and --domains (RM-Bench only), conversational
+--domains names subsets. Not here (one line each when asked): --verdict logits (RM-Bench only), conversational
 prompts (engine.benchmarks.load_samples' limit), --samples > 1, --template, --verdict-regex, --tie and
 --invalid with the rb2 protocols (their rules are fixed by run_generative_v2.py).
 """
@@ -44,7 +44,7 @@ class BenchJudgeRun:
 def benchmark_name(o: JudgeOptions) -> str:
     """--benchmark, else the benchmark the data names (engine.benchmarks.benchmark_of: one line on stderr
     when it is not RM-Bench); the options that benchmark's judge takes."""
-    from ..engine.benchmarks import benchmark_of, detect_hub
+    from ..engine.benchmarks import benchmark_of
     from ..engine.options import BENCHMARK_NAMES, RM_BENCH
 
     if o.benchmark is not None and o.benchmark not in BENCHMARK_NAMES:
@@ -57,11 +57,6 @@ def benchmark_name(o: JudgeOptions) -> str:
         return name
     if o.verdict == "logits":
         raise UsageError(f"--benchmark {name}: --verdict logits is not yet supported (RM-Bench only for now)")
-    if o.domains:
-        raise UsageError(f"--benchmark {name}: --domains is RM-Bench's; --limit takes the first N rows of each subset")
-    if detect_hub(o.data):
-        raise UsageError(f"--data {o.data}: a hub dataset; download it to a folder (datasets' save_to_disk, "
-                         "or its JSON/Parquet files) and pass that folder")
     if o.protocol in rb2.PROTOCOLS:
         given = [f for f, v in (("--template", o.template), ("--verdict-regex", o.verdict_regex), ("--tie", o.tie),
                                 ("--invalid", o.invalid)) if v is not None]
@@ -93,7 +88,7 @@ def judge_benchmark(o: JudgeOptions, name: str, t_start: float) -> BenchJudgeRun
     if o.output:
         check_output(o)
     bench = get(name)
-    samples = load_samples(SimpleNamespace(data=o.data, limit=o.limit, tie_credit=0.0), name)
+    samples = load_samples(SimpleNamespace(data=o.data, limit=o.limit, tie_credit=0.0, domains=o.domains), name)
     for s in samples:
         if not all(isinstance(x, str) for x in (s.prompt, *s.chosen, *s.rejected)):
             raise UsageError(f"{s.source}, item {s.index} (id {s.id!r}): a conversation (a list of messages) as the "

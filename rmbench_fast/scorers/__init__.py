@@ -36,20 +36,31 @@ def resolve_logprob_impl(impl: str, device) -> str:
 
 
 def make_scorer(o, mode: str, adapter, config, tokenizer, device, tokenizer_path: str,
-                logprob_impl: str | None = None) -> Scorer:
+                logprob_impl: str | None = None, benchmark: str | None = None) -> Scorer:
     """The scorer of a run whose model is known and checked (engine.checks.check_run): an adapter's,
     else by mode (rm or dpo). device: where it computes; logprob_impl: --logprob-impl as resolved
-    where the passes run, when that is not this process (Ray workers); None: resolve it here."""
+    where the passes run, when that is not this process (Ray workers); None: resolve it here.
+    benchmark: the run's (engine.benchmarks.benchmark_of; None: o.benchmark, else RM-Bench), whose
+    official truncation --compat official applies; o.score_span: what is scored of each response."""
+    from ..inputs.spans import parse
     from .dpo import DPOScorer
     from .rm import RewardModelScorer, official_bos, official_pad_ids, pick_label
 
+    span = parse(getattr(o, "score_span", None))
     if adapter is not None:
-        return adapter.make_scorer(o, config, tokenizer, device, tokenizer_path)
-    if mode == "rm":
+        if span is not None:
+            raise UsageError(f"--score-span: not supported for models scored by an adapter ({adapter.name}: it "
+                             "encodes its responses its own way); a plain sequence classifier or DPO takes it")
+        scorer = adapter.make_scorer(o, config, tokenizer, device, tokenizer_path)
+    elif mode == "rm":
         tok_pad, cfg_pad = official_pad_ids(tokenizer, config)
         label = pick_label(config.num_labels, o.label_index, o.compat == "official")
-        return RewardModelScorer(cfg_pad, label, config.num_labels, official_bos(tokenizer), tok_pad)
-    resolved = logprob_impl or resolve_logprob_impl(o.logprob_impl, device)
-    # the official DPO flow pads with EOS
-    return DPOScorer(tokenizer.eos_token_id, o.logprob_impl, None if o.ref_model else (o.ref_free or DEFAULT_REF_FREE),
-                     resolved)
+        scorer = RewardModelScorer(cfg_pad, label, config.num_labels, official_bos(tokenizer), tok_pad)
+    else:
+        resolved = logprob_impl or resolve_logprob_impl(o.logprob_impl, device)
+        # the official DPO flow pads with EOS
+        scorer = DPOScorer(tokenizer.eos_token_id, o.logprob_impl,
+                           None if o.ref_model else (o.ref_free or DEFAULT_REF_FREE), resolved)
+    scorer.benchmark = benchmark or getattr(o, "benchmark", None) or "rm-bench"
+    scorer.span = span
+    return scorer

@@ -22,6 +22,9 @@ class Scorer:
     official_dtype = None  # the entry's pinned torch_dtype, if any
     int8 = False  # load 8-bit (set from precision.choose)
     outputs: dict[str, tuple] = {}  # float64 arrays a model pass yields: name -> one sequence's shape
+    # set by make_scorer for every scorer (adapters' too): what the sequences are encoded for
+    benchmark = "rm-bench"  # engine.options.BENCHMARK_NAMES: which official script's truncation applies
+    span = None  # --score-span after:TEXT's TEXT (inputs.spans), None: every response scored whole
 
     def __init__(self, pad_id: int):
         self.pad_id = pad_id
@@ -38,6 +41,12 @@ class Scorer:
         """The modules whose code computes this scorer's numbers: store keys hash their sources and
         those of every module they import (store.keys)."""
         return (type(self).__module__,)
+
+    def encode_key(self) -> tuple:
+        """What, beyond the tokenizer, template, data and compat, decides the encoded sequences: the
+        benchmark (its truncation rule) and the span; () for RM-Bench without a span, so its keys stay."""
+        return (() if self.benchmark == "rm-bench" else (f"benchmark:{self.benchmark}",)) + \
+            (() if self.span is None else (f"score-span:after:{self.span}",))
 
     def pass_key(self) -> tuple:
         """Whatever else, beyond model, inputs, dtype and batching, decides a pass's arrays."""

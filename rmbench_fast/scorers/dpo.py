@@ -15,7 +15,8 @@ import torch
 
 from ..errors import one_line
 from ..inputs.batching import Batch, batch_inputs, forward
-from ..inputs.layout import responses
+from ..inputs.layout import prompt_texts, responses, text
+from ..inputs.spans import marks
 from ..inputs.tokenize import Encoded, encode_dpo
 from ..kernels import logits_logprobs
 from ..models.device import OUT_OF_MEMORY
@@ -190,12 +191,22 @@ class DPOScorer(Scorer):
         return [("model", o.model)] + ([("ref_model", o.ref_model)] if self.ref_free is None else [])
 
     def encode(self, samples, tokenizer, fmt, compat, tokenizer_path=None):
-        prompts = [fmt.text(s.prompt) for s in samples]
-        fulls = [[fmt.text(s.prompt, r) for r in responses(s)] for s in samples]
-        return [e for per_prompt in encode_dpo(tokenizer, prompts, fulls, compat) for e in per_prompt]
+        """DPOInference.tokenize_row's sequences: each full text (a conversation: every turn) with the
+        prompt's own rendering removed and tokenized after it; the scored tokens are what follows."""
+        prompts = prompt_texts(samples, fmt)
+        fulls = [[text(fmt, s, r) for r in responses(s)] for s in samples]
+        return [e for per_prompt in encode_dpo(tokenizer, prompts, fulls, compat, **self.layout(samples))
+                for e in per_prompt]
+
+    def layout(self, samples) -> dict:
+        """encode_dpo's groups and span marks for `samples`: RM-Bench's chosen/rejected pairs (None), or
+        each row's responses as one group (tokenize_row's pair for a 1x1 row); --score-span's marks."""
+        groups = None if self.benchmark == "rm-bench" else [[len(responses(s))] for s in samples]
+        return {"groups": groups, "after": marks(samples, self.span)}
 
     def pass_key(self):
-        return ("dpo-logprobs", self.impl, self.resolved, self.int8)  # the same arrays with and without a reference
+        # the same arrays with and without a reference
+        return ("dpo-logprobs", self.impl, self.resolved, self.int8, *self.encode_key())
 
     def load(self, path, dtype, device, trust_remote_code, allow_pickle_weights=False):
         return load_model(path, "dpo", dtype, device, trust_remote_code, allow_pickle_weights, self.int8)

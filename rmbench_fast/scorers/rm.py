@@ -17,7 +17,8 @@ import torch
 from ..errors import UsageError
 from ..inputs.batching import batch_inputs, forward
 from ..inputs.layout import full_texts
-from ..inputs.tokenize import OFFICIAL_MAX_LENGTH, encode_rm, rm_appends_eos
+from ..inputs.spans import cut_samples
+from ..inputs.tokenize import encode_rm, rm_appends_eos, rm_truncation
 from ..models.kinds import is_causal_decoder
 from ..models.loading import load_model
 from .base import Scorer
@@ -66,12 +67,20 @@ class RewardModelScorer(Scorer):
         self.outputs = {"scores": () if label is not None else (num_labels,)}
 
     def encode(self, samples, tokenizer, fmt, compat, tokenizer_path=None):
-        texts = full_texts(samples, fmt)
+        texts = full_texts(self.spanned(samples), fmt)
         append_eos = rm_appends_eos(tokenizer, fmt.tokenizer_has_template, tokenizer_path)
-        return encode_rm(tokenizer, texts, append_eos, OFFICIAL_MAX_LENGTH if compat else None)
+        return encode_rm(tokenizer, texts, append_eos, *self.truncation(tokenizer, compat))
+
+    def spanned(self, samples):
+        """The samples as the model reads them: with --score-span, each response cut after its last TEXT."""
+        return cut_samples(samples, self.span)
+
+    def truncation(self, tokenizer, compat: bool) -> tuple[int | None, str]:
+        """(max_length, side) of encode_rm: the official script's of this run's benchmark (compat only)."""
+        return rm_truncation(tokenizer, self.benchmark, compat)
 
     def pass_key(self):
-        return ("rm", self.label, self.num_labels, self.pad_id, self.bos_id, self.int8)
+        return ("rm", self.label, self.num_labels, self.pad_id, self.bos_id, self.int8, *self.encode_key())
 
     def load(self, path, dtype, device, trust_remote_code, allow_pickle_weights=False):
         model = load_model(path, "rm", dtype, device, trust_remote_code, allow_pickle_weights, self.int8)

@@ -36,9 +36,10 @@ def _download(repo_id: str, patterns: list[str]) -> Path:
     return Path(snapshot_download(repo_id, repo_type="dataset", allow_patterns=patterns))
 
 
-def hub_items(repo_id: str, download=_download) -> tuple[list[Item], dict]:
+def hub_items(repo_id: str, download=None) -> tuple[list[Item], dict]:
     """(items, notes) of a known hub dataset; notes: the splits read and the rows `skipped` per split.
     download(repo_id, allow_patterns) -> the snapshot's folder (injected in tests: no network)."""
+    download = download or _download
     splits = SPLITS[repo_id]
     patterns = ["data/*.parquet"] if splits is None else [f"data/{s}-*.parquet" for s in splits]
     try:

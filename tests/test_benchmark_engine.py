@@ -142,3 +142,23 @@ def test_a_known_hub_id_is_fetched_and_scored(models, texts, tmp_path, monkeypat
                                   output=str(tmp_path / "file")))
     assert asked == [("allenai/reward-bench-2", ["data/test-*.parquet"])]
     assert hub_run.summary["benchmark"] == "reward-bench-2" and hub_run.summary["score"] == file_run.summary["score"]
+
+
+def test_plot_draws_a_benchmark_runs_numbers_and_its_report(models, texts, tmp_path):
+    from click.testing import CliRunner
+
+    from rmbench_fast.cli.main import main
+
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in pairs_rows(texts)) + "\n")
+    out = tmp_path / "run"
+    run = score(ScoreOptions(model=models["llama"]["rm"], data=str(data), benchmark="pairs", progress=False,
+                             bootstrap=200, output=str(out)))
+    got = CliRunner().invoke(main, ["plot", str(out)])
+    assert got.exit_code == 0, got.output
+    assert (out / "scores.png").stat().st_size > 1000 and not (out / "matrices.png").exists()
+    report = (out / "report.md").read_text()
+    low, high = run.summary["intervals"]["score"]
+    assert f"| score | {100 * run.summary['score']:.2f} | {100 * low:.2f} - {100 * high:.2f} |" in report
+    for name, value in run.summary["subsets"].items():
+        assert f"| {name} | {100 * value:.2f} |" in report

@@ -194,9 +194,9 @@ def plot(run_dir):
     """Draw a run's accuracy matrices (heatmaps per domain), its scores with their 95% intervals and,
     for a sweep, accuracy against step (or against model); write report.md (what was scored, the
     tables and pictures, ready for a model card or PR)."""
-    from ..results.plots import plot_run
+    from ..results.benchmark_plots import plot_folder
 
-    for path in plot_run(run_dir):
+    for path in plot_folder(run_dir):
         click.echo(f"wrote {path}")
 
 

@@ -237,6 +237,13 @@ def test_sweep_scores_each_checkpoint_as_a_benchmark_run(checkpoints, data_path,
     assert second["vs_baseline"]["score"]["diff"] == pytest.approx(second["score"] - first["score"])
     same = third["vs_baseline"]["score"]
     assert same["diff"] == same["low"] == same["high"] == 0.0 and same["p"] == 1.0
+    # the pictures and report: sweep.png, report.md with each checkpoint's score, each checkpoint's own
+    assert (out / "sweep.png").stat().st_size > 1000
+    report = (out / "report.md").read_text()
+    assert all(f"| {100 * r['score']:.2f} |" in report for r in table["checkpoints"])
+    assert f"{100 * second['vs_baseline']['score']['diff']:+.2f}" in report
+    assert all((out / r["dir"] / "scores.png").is_file() and (out / r["dir"] / "report.md").is_file()
+               for r in table["checkpoints"])
     csv_head = (out / "sweep.csv").read_text().splitlines()[0].split(",")
     assert {"score", "score_diff", "score_low", "score_high", "score_p", "score_significant"} <= set(csv_head)
     # compare on the sweep folder: the same paired comparison

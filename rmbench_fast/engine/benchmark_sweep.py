@@ -7,8 +7,8 @@ checkpoint on the same rows (engine.versus.BenchmarkComparisons, engine.benchmar
 A benchmark run is never read back from its folder or the store as a finished run (engine.score
 stamps RM-Bench runs only), so every checkpoint computes its numbers again, which the sweep says
 once; its model passes still come from the result store when they are there (a reference model's
-pass once for all the checkpoints, as in an RM-Bench sweep). Not yet: --engine ray, and the
-pictures and report.md (RM-Bench sweeps only for now, said on the line that skips them).
+pass once for all the checkpoints, as in an RM-Bench sweep). Not yet: --engine ray. Pictures and
+report.md: results.benchmark_plots (the score, sections or subsets against the step).
 """
 
 from __future__ import annotations

@@ -188,13 +188,14 @@ def run_sweep(o: ScoreOptions, checkpoints: list[tuple[int | None, str]], output
     passes = Passes()
     if name != RM_BENCH:
         from .benchmark_sweep import run_benchmark_sweep
-
         rows = run_benchmark_sweep(o, name, checkpoints, subs, b, out, {**meta, "benchmark": name}, hooks, echo,
                                    passes, _write_tables)
+        t0 = time.perf_counter()
         if plots and rows:
-            echo(f"no pictures or report.md for a {name} sweep yet (RM-Bench sweeps only): sweep.csv and sweep.json "
-                 "hold its numbers")
-        return {"benchmark": name, "checkpoints": rows, **passes.counts(), "checkpoints_read_back": 0, "plots_s": 0.0}
+            from ..results.benchmark_plots import plot_benchmark_sweep
+            plot_benchmark_sweep(out, rows)
+        return {"benchmark": name, "checkpoints": rows, **passes.counts(), "checkpoints_read_back": 0,
+                "plots_s": time.perf_counter() - t0}
     if o.engine == "ray":
         rows, reused = _sweep_on_ray(o, checkpoints, subs, out, meta, hooks, echo, versus, passes)
     else:

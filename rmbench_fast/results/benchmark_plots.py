@@ -69,7 +69,12 @@ def plot_folder(run_dir) -> list[Path]:
         summary = json.loads((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
         summary = None
-    if not isinstance(summary, dict) or "benchmark" not in summary or (run_dir / "sweep.json").is_file():
+    if (run_dir / "sweep.json").is_file():
+        sweep = json.loads((run_dir / "sweep.json").read_text())
+        if sweep.get("checkpoints") and "benchmark" in sweep["checkpoints"][0]:
+            return plot_benchmark_sweep(run_dir, sweep["checkpoints"])
+        return plots.plot_run(run_dir)
+    if not isinstance(summary, dict) or "benchmark" not in summary:
         return plots.plot_run(run_dir)
     return plot_benchmark_run(run_dir, summary, about_line(run_facts(read_run(run_dir), run_dir)))
 
@@ -82,3 +87,55 @@ def plot_benchmark_run(run_dir: Path, summary: dict, about: str | None) -> list[
     made = [plots._draw(run_dir / "scores.png", want, lambda plt: figure(summary, about, plt))]
     atomic_write_text(run_dir / "report.md", report(summary, about))
     return made + [run_dir / "report.md"]
+
+
+def sweep_figure(rows: list[dict], plt=None):
+    """The score and each section (else each subset) against the checkpoint, the score's paired
+    interval against the baseline as a band around the baseline's score."""
+    plt = plt or plots._pyplot()
+    fig, ax = plt.subplots(figsize=(7.0, 4.0), layout="constrained")
+    xs = list(range(len(rows)))
+    names = [k for k in rows[0] if k.startswith("section:")] or [k for k in rows[0] if k.startswith("subset:")]
+    for k in names:
+        ax.plot(xs, [100 * r[k] if r.get(k) is not None else None for r in rows], marker=".", linewidth=0.9,
+                alpha=0.7, label=k.split(":", 1)[1])
+    ax.plot(xs, [100 * r["score"] for r in rows], marker="o", color="black", linewidth=1.6, label="score")
+    ivs = [((r.get("vs_baseline") or {}).get("score") or {}) for r in rows]
+    base = next((r["score"] for r in rows if "vs_baseline" in r and r["vs_baseline"] is None), rows[0]["score"])
+    if any(iv.get("low") is not None for iv in ivs):
+        nan = float("nan")
+        ax.fill_between(xs, [100 * (base + iv["low"]) if iv.get("low") is not None else nan for iv in ivs],
+                        [100 * (base + iv["high"]) if iv.get("high") is not None else nan for iv in ivs],
+                        color="grey", alpha=0.2, label="baseline + 95% paired interval")
+    ax.set_xticks(xs, [str(r["step"]) if r.get("step") is not None else r["checkpoint"] for r in rows],
+                  rotation=45, ha="right", fontsize=7.5)
+    ax.set_xlabel("step (or checkpoint)")
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title(f"{rows[0]['benchmark']}: {len(rows)} checkpoints", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def plot_benchmark_sweep(out: Path, rows: list[dict]) -> list[Path]:
+    """sweep.png and report.md for a benchmark sweep, and each checkpoint's own picture and report."""
+    import json
+
+    from ..store.atomic import atomic_write_text
+
+    want = plots.stamp("benchmark-sweep", rows, Path(__file__).read_bytes().hex())
+    made = [plots._draw(out / "sweep.png", want, lambda plt: sweep_figure(rows, plt))]
+    lines = [f"# {rows[0]['benchmark']} sweep", "", "| checkpoint | step | score (%) | vs baseline (95% paired) |",
+             "| --- | --- | ---: | --- |"]
+    for r in rows:
+        iv = (r.get("vs_baseline") or {}).get("score") or {}
+        vs = "" if iv.get("diff") is None else f"{100 * iv['diff']:+.2f}" + (
+            "" if iv.get("low") is None else f" [{100 * iv['low']:+.2f}, {100 * iv['high']:+.2f}]")
+        lines.append(f"| {r['checkpoint']} | {r.get('step', '')} | {100 * r['score']:.2f} | {vs} |")
+    atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
+    made.append(out / "report.md")
+    for r in rows:
+        folder = out / r["dir"]
+        summary = json.loads((folder / "summary.json").read_text())
+        made += plot_benchmark_run(folder, summary, f"{r['checkpoint']} (step {r.get('step')})")
+    return made

@@ -149,6 +149,13 @@ def test_pairs_pool_every_comparison(server, tmp_path):
     assert summary["subsets"] == pytest.approx({k: sum(v) / len(v) for k, v in pooled.items()}, abs=1e-12)
     assert summary["score"] == pytest.approx(sum(every) / len(every), abs=1e-12)
     assert summary["pairs"] == {"code": 1, "math": 5}
+    # `accuracy` on the judge's run prints the numbers its summary holds
+    from click.testing import CliRunner
+
+    from rmbench_fast.cli.main import main
+    got = CliRunner().invoke(main, ["accuracy", str(tmp_path / "out")])
+    assert got.exit_code == 0, got.output
+    assert got.output.splitlines()[-1].split() == ["score", f"{100 * summary['score']:.2f}"]
 
 
 @pytest.mark.slow  # rewardbench 0.1.4's functions in the peer environment's subprocess (5-10 s a call)

@@ -186,7 +186,7 @@ def write(out_dir: str, name: str, samples: list[TaskSample], scores: np.ndarray
 
 def table(summary: dict) -> str:
     """The printed numbers: each subset, each section, the score (percent)."""
-    lines = [f"{summary['benchmark']}: {summary['n_rows']} rows"]
+    lines = [f"{summary['benchmark']}: {summary.get('n_rows', '?')} rows"]
     width = max([len(k) for k in list(summary["subsets"]) + list(summary.get("sections") or {})] + [5])
     for title, part in (("subsets", summary["subsets"]), ("sections", summary.get("sections") or {})):
         if part:
@@ -247,10 +247,28 @@ def recompute(path: Path, resamples: int, tie_credit: float | None = None) -> di
     return out
 
 
+def judged_summary(path) -> dict | None:
+    """A judge run's summary.json on another benchmark (its run.json says kind judge), else None: its
+    numbers come from verdicts, which results.jsonl holds per row but not as response scores."""
+    folder = Path(path).expanduser()
+    folder = folder if folder.is_dir() else folder.parent
+    try:
+        run = json.loads((folder / "run.json").read_text())
+        summary = json.loads((folder / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(run, dict) and run.get("kind") == "judge" and run.get("benchmark") not in (None, RM_BENCH)
+    return summary if ok and isinstance(summary, dict) and "score" in summary else None
+
+
 def accuracy_text(path, resamples: int, as_json: bool) -> str | None:
-    """What `accuracy` prints for another benchmark's run (None: not such a run)."""
+    """What `accuracy` prints for another benchmark's run (None: not such a run). A judge's run: its
+    summary.json as the judge wrote it (--bootstrap does not redraw it)."""
     found = results_file(path)
     if found is None:
-        return None
+        judged = judged_summary(path)
+        if judged is None:
+            return None
+        return json.dumps(judged, indent=2) if as_json else table(judged)
     summary = recompute(found, resamples)
     return json.dumps(summary, indent=2) if as_json else table(summary)

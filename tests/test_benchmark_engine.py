@@ -162,3 +162,31 @@ def test_plot_draws_a_benchmark_runs_numbers_and_its_report(models, texts, tmp_p
     assert f"| score | {100 * run.summary['score']:.2f} | {100 * low:.2f} - {100 * high:.2f} |" in report
     for name, value in run.summary["subsets"].items():
         assert f"| {name} | {100 * value:.2f} |" in report
+
+
+def test_accuracy_and_leaderboard_take_benchmark(models, texts, tmp_path):
+    """accuracy --benchmark applies the named rules to a results.jsonl with nothing beside it;
+    leaderboard --benchmark refuses a run of another benchmark, naming it."""
+    import shutil
+
+    from click.testing import CliRunner
+
+    from rmbench_fast.cli.main import main
+
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in pairs_rows(texts)) + "\n")
+    out = tmp_path / "run"
+    run = score(ScoreOptions(model=models["llama"]["rm"], data=str(data), benchmark="pairs", progress=False,
+                             bootstrap=0, output=str(out)))
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(out / "results.jsonl", alone / "results.jsonl")
+    cli = CliRunner()
+    refused = cli.invoke(main, ["accuracy", str(alone / "results.jsonl")])
+    assert refused.exit_code != 0 and "give --benchmark NAME" in refused.output
+    got = cli.invoke(main, ["accuracy", str(alone / "results.jsonl"), "--benchmark", "pairs", "--bootstrap", "0"])
+    assert got.exit_code == 0, got.output
+    assert got.output.splitlines()[-1].split() == ["score", f"{100 * run.summary['score']:.2f}"]
+    assert cli.invoke(main, ["leaderboard", str(out), "--benchmark", "pairs"]).exit_code == 0
+    wrong = cli.invoke(main, ["leaderboard", str(out), "--benchmark", "reward-bench"])
+    assert wrong.exit_code != 0 and "is a run of pairs" in wrong.output

@@ -73,7 +73,10 @@ def load_summaries(run: str) -> list[tuple[dict, str]]:
 @click.option("--output", "-o", "prefix", default=None, metavar="FILE_PREFIX",
               help="Also write FILE_PREFIX.md and FILE_PREFIX.csv.")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON, keyed by column name.")
-def leaderboard(runs, prefix, as_json):
+@click.option("--benchmark", default=None, type=click.Choice(["rm-bench", "reward-bench", "reward-bench-2", "pairs"]),
+              help="The benchmark the runs must be of (a run of another is an error naming it) "
+                   "[default: what their summary.json says].")
+def leaderboard(runs, prefix, as_json, benchmark):
     """Rows for the RM-Bench leaderboard: Chat, Math, Code, Safety, Easy, Normal, Hard, Overall.
 
     Each RUN is a run folder (its summary.json, else its results.json), a results file (ours, a
@@ -98,6 +101,11 @@ def leaderboard(runs, prefix, as_json):
     from ..store.atomic import atomic_write_text
 
     found = [pair for run in runs for pair in load_summaries(run)]
+    if benchmark is not None:
+        wrong = [(name, s.get("benchmark") or "rm-bench") for s, name in found
+                 if (s.get("benchmark") or "rm-bench") != benchmark]
+        if wrong:
+            raise UsageError(f"leaderboard --benchmark {benchmark}: {wrong[0][0]} is a run of {wrong[0][1]}")
     other = [s.get("benchmark") not in (None, "rm-bench") for s, _ in found]
     if any(other):
         from ..results.benchmark_board import rows as benchmark_rows

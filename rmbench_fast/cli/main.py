@@ -66,7 +66,9 @@ def main():
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON instead of a table.")
 @click.option("--bootstrap", type=click.IntRange(min=0), default=default("bootstrap"), show_default=True,
               help="Resamples of the prompts for the 95% intervals (0: none).")
-def accuracy(results, as_json, bootstrap):
+@click.option("--benchmark", default=None, type=click.Choice(["reward-bench", "reward-bench-2", "pairs"]),
+              help="Another benchmark's rules for a results.jsonl [default: the one its summary.json names].")
+def accuracy(results, as_json, bootstrap, benchmark):
     """Compute RM-Bench accuracy from a RESULTS file.
 
     RESULTS is a JSON list whose items carry `score_chosen` and `score_rejected` (3 numbers each,
@@ -75,10 +77,9 @@ def accuracy(results, as_json, bootstrap):
     scripts. The domain of each item is its `domain` key, else the prefix of an id such as
     "chat/100", else the file name (chat_filtered_*.json), else all items pool into one domain.
 
-    Another benchmark's run (`score --benchmark`): its folder or results.jsonl, by that benchmark's rules.
-
     A generative judge's results (`rmbench-fast judge`) hold `cells` instead: per prompt a 3x3
-    matrix of win rates (chosen i against rejected j), summarized by the same formulas.
+    matrix of win rates (chosen i against rejected j), summarized by the same formulas. Another
+    benchmark's run (`score --benchmark`, `judge --benchmark`): its folder or results.jsonl, by its rules.
 
     Prints domains x hard/normal/easy/avg and overall, as percentages (a tie counts as wrong,
     as in the official code), with 95% intervals (a bootstrap over prompts within each domain), and
@@ -92,7 +93,7 @@ def accuracy(results, as_json, bootstrap):
     from ..results.metrics import cells_from_scores, format_table, summarize, summarize_cells
     from ..results.verdicts import beside
 
-    if (text := accuracy_text(results, bootstrap, as_json)) is not None:  # another benchmark's run
+    if (text := accuracy_text(results, bootstrap, as_json, benchmark)) is not None:  # another benchmark's run
         return click.echo(text)
     kind, *data, domains, subsets, names = read_results(results)
     summary = (summarize if kind == "scores" else summarize_cells)(*data, domains, subsets, names)

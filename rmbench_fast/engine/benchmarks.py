@@ -209,22 +209,21 @@ def results_file(path) -> Path | None:
         return None
 
 
-def recompute(path: Path, resamples: int, tie_credit: float | None = None) -> dict:
-    """The numbers of a run from its results.jsonl (every response's score) and the benchmark its
-    summary.json or run.json names: what `accuracy` prints for such a run."""
+def recompute(path: Path, resamples: int, tie_credit: float | None = None, name: str | None = None) -> dict:
+    """The numbers of a run from its results.jsonl (every response's score) and the benchmark `name`,
+    else the one its summary.json or run.json names: what `accuracy` prints for such a run."""
     from ..errors import DataError
     from ..tasks import get
     from ..tasks.base import Row
     from .benchmark_intervals import intervals
 
-    name = None
     for beside in ("summary.json", "run.json"):
         try:
             name = name or json.loads((path.parent / beside).read_text()).get("benchmark")
         except (OSError, ValueError):
             pass
     if name is None:
-        raise DataError(path, "no summary.json or run.json beside it names its benchmark")
+        raise DataError(path, "no summary.json or run.json beside it names its benchmark: give --benchmark NAME")
     rows, scores = [], []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
         if not line.strip():
@@ -261,7 +260,7 @@ def judged_summary(path) -> dict | None:
     return summary if ok and isinstance(summary, dict) and "score" in summary else None
 
 
-def accuracy_text(path, resamples: int, as_json: bool) -> str | None:
+def accuracy_text(path, resamples: int, as_json: bool, name: str | None = None) -> str | None:
     """What `accuracy` prints for another benchmark's run (None: not such a run). A judge's run: its
     summary.json as the judge wrote it (--bootstrap does not redraw it)."""
     found = results_file(path)
@@ -270,5 +269,5 @@ def accuracy_text(path, resamples: int, as_json: bool) -> str | None:
         if judged is None:
             return None
         return json.dumps(judged, indent=2) if as_json else table(judged)
-    summary = recompute(found, resamples)
+    summary = recompute(found, resamples, name=name)
     return json.dumps(summary, indent=2) if as_json else table(summary)

@@ -7,13 +7,7 @@ whose results differ most.
 
 from __future__ import annotations
 
-
-def _pct(x) -> str:
-    return "-" if x is None else f"{100 * x:.2f}"
-
-
-def _signed(x) -> str:
-    return "-" if x is None else f"{100 * x:+.2f}"
+from .compare import aligned, table_row
 
 
 def _lines(result: dict) -> list[tuple[str, tuple]]:
@@ -58,22 +52,10 @@ def format_bench_comparison(result: dict) -> str:
         head += [f"{label[pair['b']]}-{label[pair['a']]}", "p"]
     table = [head]
     for title, path in _lines(result):
-        row = [title]
-        for n in names:
-            v = _at(result["runs"][n], path)
-            row.append(_pct(v["value"]) + ("" if v["low"] is None else f" [{_pct(v['low'])}, {_pct(v['high'])}]"))
-        for pair in result["pairs"]:
-            v = _at(pair, path)
-            ci = "" if v["low"] is None else f" [{_signed(v['low'])}, {_signed(v['high'])}]"
-            row += [_signed(v["diff"]) + ci + (" *" if v["significant"] else "  "),
-                    "-" if v["p"] is None else f"{v['p']:.3g}"]
-        table.append(row)
-    widths = [max(len(r[c]) for r in table) for c in range(len(head))]
+        table.append(table_row(title, [_at(result["runs"][n], path) for n in names],
+                               [_at(pair, path) for pair in result["pairs"]]))
     lines.append("")
-    for i, r in enumerate(table):
-        lines.append("  ".join(x.ljust(widths[c]) if c == 0 else x.rjust(widths[c]) for c, x in enumerate(r)).rstrip())
-        if i == 0:
-            lines.append("  ".join("-" * w for w in widths))
+    lines += aligned(table)
     for pair in result["pairs"]:
         a, b = label[pair["a"]], label[pair["b"]]
         found = pair["disagreements"]

@@ -163,6 +163,29 @@ def _signed(x) -> str:
     return "-" if x is None else f"{100 * x:+.2f}"
 
 
+def table_row(title: str, values: list[dict], diffs: list[dict]) -> list[str]:
+    """One row of a comparison table: each run's value [interval], then each pair's difference
+    [interval] (* when it excludes 0) and p."""
+    row = [title]
+    for v in values:
+        row.append(_pct(v["value"]) + ("" if v["low"] is None else f" [{_pct(v['low'])}, {_pct(v['high'])}]"))
+    for v in diffs:
+        ci = "" if v["low"] is None else f" [{_signed(v['low'])}, {_signed(v['high'])}]"
+        row += [_signed(v["diff"]) + ci + (" *" if v["significant"] else "  "), "-" if v["p"] is None else f"{v['p']:.3g}"]
+    return row
+
+
+def aligned(rows: list[list[str]]) -> list[str]:
+    """The rows as text columns (the first left-aligned, the rest right), a rule under the head."""
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    out = []
+    for i, r in enumerate(rows):
+        out.append("  ".join(x.ljust(widths[c]) if c == 0 else x.rjust(widths[c]) for c, x in enumerate(r)).rstrip())
+        if i == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return out
+
+
 def _cells(m) -> str:
     flat = [x for row in m for x in row]
     if all(x in (0.0, 1.0) for x in flat):
@@ -203,22 +226,9 @@ def format_comparison(result: dict) -> str:
     rows = [head]
     metrics = list(result["runs"][names[0]])
     for m in metrics:
-        row = [m]
-        for n in names:
-            v = result["runs"][n][m]
-            row.append(_pct(v["value"]) + ("" if v["low"] is None else f" [{_pct(v['low'])}, {_pct(v['high'])}]"))
-        for pair in result["pairs"]:
-            v = pair["metrics"][m]
-            ci = "" if v["low"] is None else f" [{_signed(v['low'])}, {_signed(v['high'])}]"
-            row += [_signed(v["diff"]) + ci + (" *" if v["significant"] else "  "),
-                    "-" if v["p"] is None else f"{v['p']:.3g}"]
-        rows.append(row)
-    widths = [max(len(r[c]) for r in rows) for c in range(len(head))]
+        rows.append(table_row(m, [result["runs"][n][m] for n in names], [pair["metrics"][m] for pair in result["pairs"]]))
     lines.append("")
-    for i, r in enumerate(rows):
-        lines.append("  ".join(x.ljust(widths[c]) if c == 0 else x.rjust(widths[c]) for c, x in enumerate(r)).rstrip())
-        if i == 0:
-            lines.append("  ".join("-" * w for w in widths))
+    lines += aligned(rows)
     for pair in result["pairs"]:
         a, b = label[pair["a"]], label[pair["b"]]
         found = pair["disagreements"]

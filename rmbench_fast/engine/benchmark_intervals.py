@@ -31,30 +31,37 @@ def _bounds(draws: np.ndarray, level: float) -> list[float]:
     return [float(lo), float(hi)]
 
 
+def per_subset(name: str, bench, rows: list, scores: list) -> tuple[dict, list]:
+    """{subset: (row values x weight, weights)} and the subsets held (no per-row result: RewardBench
+    2's Ties); a pairs row weighs its comparisons (pairs pools every comparison), any other row 1."""
+    per: dict[str, tuple[list, list]] = {}
+    held = []
+    for row, s in zip(rows, scores):
+        value = bench.row_result(row, s)
+        if value is None:  # RewardBench 2's Ties
+            held.append(row.subset)
+            continue
+        weight = len(bench.comparisons(row)) if name == "pairs" else 1
+        vals, wts = per.setdefault(row.subset, ([], []))
+        vals.append(value * weight)
+        wts.append(weight)
+    return per, sorted(set(held))
+
+
 def intervals(name: str, bench, rows: list, row_scores: list, summary: dict, resamples: int,
               level: float = 0.95, seed: int = 0) -> dict | None:
     """{level, resamples, method, score, subsets[, sections][, held]}: [low, high] of each number."""
     if resamples == 0 or not rows:
         return None
     rng = np.random.default_rng(seed)
-    per: dict[str, tuple[list, list]] = {}
-    held = []
-    for row, scores in zip(rows, row_scores):
-        value = bench.row_result(row, scores)
-        if value is None:  # RewardBench 2's Ties
-            held.append(row.subset)
-            continue
-        weight = len(bench.comparisons(row)) if name == "pairs" else 1  # pairs pools every comparison
-        vals, wts = per.setdefault(row.subset, ([], []))
-        vals.append(value * weight)
-        wts.append(weight)
+    per, held = per_subset(name, bench, rows, row_scores)
     draws = {s: _subset_draws(np.array(v, float), np.array(w, float), resamples, rng) for s, (v, w) in per.items()}
-    for s in dict.fromkeys(held):
+    for s in held:
         draws[s] = np.full(resamples, summary["subsets"][s])
     out = {"level": level, "resamples": resamples, "subsets": {s: _bounds(d, level) for s, d in draws.items()},
            "method": "bootstrap over rows within each subset"}
     if held:
-        out["held"] = sorted(set(held))  # scored from all their rows together: held at their value
+        out["held"] = held  # scored from all their rows together: held at their value
     if name == "reward-bench":
         from ..tasks.rewardbench import summarize
 

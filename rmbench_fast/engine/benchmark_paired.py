@@ -20,26 +20,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..results.intervals import TIE, p_value
-from .benchmark_intervals import _bounds, _subset_draws
+from .benchmark_intervals import _bounds, _subset_draws, per_subset
 
 METHOD = "paired bootstrap over rows within each subset (the same rows for both runs)"
-
-
-def per_subset(name: str, bench, rows: list, scores: list) -> tuple[dict, list]:
-    """{subset: (row values x weight, weights)} and the subsets held (no per-row result), as
-    benchmark_intervals groups them."""
-    per: dict[str, tuple[list, list]] = {}
-    held = []
-    for row, s in zip(rows, scores):
-        value = bench.row_result(row, s)
-        if value is None:  # RewardBench 2's Ties
-            held.append(row.subset)
-            continue
-        weight = len(bench.comparisons(row)) if name == "pairs" else 1
-        vals, wts = per.setdefault(row.subset, ([], []))
-        vals.append(value * weight)
-        wts.append(weight)
-    return per, sorted(set(held))
 
 
 def numbers(name: str, subsets: dict, weights: dict) -> dict:

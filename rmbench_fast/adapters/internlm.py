@@ -29,7 +29,7 @@ class InternLMScorer(AdapterScorer):
         return (self.reward_token_id,)
 
     def encode(self, samples, tokenizer, fmt, compat, tokenizer_path=None):
-        return [Encoded(ids) for ids in encode_plain(tokenizer, full_texts(samples, fmt))]
+        return [Encoded(ids) for ids in encode_plain(tokenizer, full_texts(self.spanned(samples), fmt))]
 
     def rows(self, seqs, batch):
         t = self.reward_token_id

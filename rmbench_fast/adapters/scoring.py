@@ -74,7 +74,7 @@ class AdapterScorer(RewardModelScorer):
 
     def pass_key(self):
         return ("adapter", self.family, self.pad_id, self.bos_id, self.bos, self.mask, self.field, self.sign,
-                self.int8, *self.extra_key())
+                self.int8, *self.extra_key(), *self.encode_key())
 
     def extra_key(self) -> tuple:
         return ()
@@ -139,7 +139,7 @@ class PlainTextScorer(AdapterScorer):
 
     def encode(self, samples, tokenizer, fmt, compat, tokenizer_path=None):
         out = []
-        for ids in encode_plain(tokenizer, full_texts(samples, fmt)):
+        for ids in encode_plain(tokenizer, full_texts(self.spanned(samples), fmt)):
             cut = max(0, len(ids) - OFFICIAL_MAX_LENGTH) if compat and self.truncate else 0
             out.append(Encoded(ids[cut:], 0, cut))
         return out

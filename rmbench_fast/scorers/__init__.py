@@ -48,9 +48,6 @@ def make_scorer(o, mode: str, adapter, config, tokenizer, device, tokenizer_path
 
     span = parse(getattr(o, "score_span", None))
     if adapter is not None:
-        if span is not None:
-            raise UsageError(f"--score-span: not supported for models scored by an adapter ({adapter.name}: it "
-                             "encodes its responses its own way); a plain sequence classifier or DPO takes it")
         scorer = adapter.make_scorer(o, config, tokenizer, device, tokenizer_path)
     elif mode == "rm":
         tok_pad, cfg_pad = official_pad_ids(tokenizer, config)

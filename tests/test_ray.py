@@ -105,9 +105,8 @@ def test_judge_logit_verdicts_on_ray_equal_local(cluster, tmp_path):
     assert np.allclose(p[0], p[1], atol=1e-6)
 
 
-def test_a_benchmark_on_ray_equals_local(cluster, tmp_path):
-    """Another benchmark's rows (pairs: 1 chosen against 1-3 rejected) through the workers: the same
-    scores and numbers as in this process."""
+def pairs_data(cluster, tmp_path):
+    """The cluster's items as pairs rows (one chosen against one rejected each), in a JSONL file."""
     import json
 
     items = json.loads(open(cluster["data"]).read())
@@ -115,6 +114,13 @@ def test_a_benchmark_on_ray_equals_local(cluster, tmp_path):
              "subset": it["domain"] if "domain" in it else "all"} for n, it in enumerate(items)]
     data = tmp_path / "pairs.jsonl"
     data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return data
+
+
+def test_a_benchmark_on_ray_equals_local(cluster, tmp_path):
+    """Another benchmark's rows (pairs: 1 chosen against 1-3 rejected) through the workers: the same
+    scores and numbers as in this process."""
+    data = pairs_data(cluster, tmp_path)
     base = options(cluster, tmp_path, data=str(data), benchmark="pairs", bootstrap=0)
     local = score(replace(base, cache=False, output=str(tmp_path / "a")))
     on_ray = score(replace(base, engine="ray", num_workers=2, output=str(tmp_path / "b")))
@@ -122,3 +128,28 @@ def test_a_benchmark_on_ray_equals_local(cluster, tmp_path):
     np.testing.assert_array_equal(np.concatenate(on_ray.chosen), np.concatenate(local.chosen))
     np.testing.assert_array_equal(np.concatenate(on_ray.rejected), np.concatenate(local.rejected))
     assert on_ray.summary["score"] == local.summary["score"] and on_ray.summary["subsets"] == local.summary["subsets"]
+
+
+def test_a_benchmark_sweep_on_ray_equals_local(cluster, tmp_path):
+    """sweep --benchmark pairs --engine ray: the same rows (scores, subsets, paired differences from the
+    baseline) and the same per-row results as the local sweep; the reference's pass is computed once."""
+    import json
+
+    found = find_checkpoints(tuple(cluster["ckpts"]))
+    o = replace(options(cluster, tmp_path, data=str(pairs_data(cluster, tmp_path)), benchmark="pairs",
+                        bootstrap=200), model=None)
+    local = run_sweep(replace(o, cache_dir=str(tmp_path / "a")), found, str(tmp_path / "local"), plots=False,
+                      echo=lambda *a: None)
+    on_ray = run_sweep(replace(o, cache_dir=str(tmp_path / "b"), engine="ray", num_workers=2), found,
+                       str(tmp_path / "ray"), plots=False, echo=lambda *a: None)
+    strip = [{k: v for k, v in r.items() if k != "path"} for r in local["checkpoints"]]
+    assert [{k: v for k, v in r.items() if k != "path"} for r in on_ray["checkpoints"]] == strip
+    assert len(strip) == len(found) >= 2 and all("score" in r for r in strip)
+    assert any(r.get("vs_baseline") for r in strip)  # the paired comparison was made, the same on both
+    # the reference's pass once for every checkpoint, and every pass computed once
+    assert on_ray["reference_passes"] == 1 and on_ray["model_passes"] == len(found) + 1
+    assert on_ray["model_passes_computed"] == on_ray["model_passes"]
+    for r in local["checkpoints"]:
+        a = [json.loads(x) for x in (tmp_path / "local" / r["dir"] / "results.jsonl").read_text().splitlines()]
+        b = [json.loads(x) for x in (tmp_path / "ray" / r["dir"] / "results.jsonl").read_text().splitlines()]
+        assert a == b

@@ -7,8 +7,10 @@ checkpoint on the same rows (engine.versus.BenchmarkComparisons, engine.benchmar
 A benchmark run is never read back from its folder or the store as a finished run (engine.score
 stamps RM-Bench runs only), so every checkpoint computes its numbers again, which the sweep says
 once; its model passes still come from the result store when they are there (a reference model's
-pass once for all the checkpoints, as in an RM-Bench sweep). Not yet: --engine ray. Pictures and
-report.md: results.benchmark_plots (the score, sections or subsets against the step).
+pass once for all the checkpoints, as in an RM-Bench sweep). --engine ray as for RM-Bench: the reference
+pass first, spread over every worker, then one task per checkpoint, each running the local engine on some
+worker against the shared result store; the rows are written as checkpoints finish, in step order.
+Pictures and report.md: results.benchmark_plots (the score, sections or subsets against the step).
 """
 
 from __future__ import annotations
@@ -52,13 +54,12 @@ def run_benchmark_sweep(o, name: str, checkpoints, subs: list[str], b: int, out:
     from .score import open_store, score
     from .versus import BenchmarkComparisons
 
-    if o.engine == "ray":
-        raise UsageError(f"sweep --benchmark {name} --engine ray: not yet supported (RM-Bench sweeps only); "
-                         "use --engine local")
     bench = get(name, **({"tie_credit": o.tie_credit} if name == "pairs" and o.tie_credit else {}))
     versus = BenchmarkComparisons(name, bench, b, subs[b], o.bootstrap)
     echo(f"--benchmark {name}: a benchmark run is never read back from its folder, so every checkpoint computes its "
          "numbers (its model passes come from the result store when stored there)")
+    if o.engine == "ray":
+        return _sweep_on_ray(o, checkpoints, subs, out, meta, hooks, echo, passes, write_tables, versus)
     rows: list[dict] = []
     store = open_store(o)
     reuse: dict = {}  # the data and tokenizers every checkpoint shares, loaded once
@@ -69,8 +70,7 @@ def run_benchmark_sweep(o, name: str, checkpoints, subs: list[str], b: int, out:
             run = score(ck, store=store, hooks=hooks, reuse=reuse, read_back=False)
             passes.add_run(run.run)
             rows.append(bench_row(Path(path).name, sub, path, step, run.summary))
-            versus.add(k, [s.row for s in run.samples], [list(c) + list(r) for c, r in zip(run.chosen, run.rejected)],
-                       out / sub)
+            versus.add(k, [s.row for s in run.samples], _scores(run), out / sub)
             versus.fill(dict(enumerate(rows)))
             write_tables(out, rows, {**meta, **passes.counts(), "checkpoints_read_back": 0}, csv_row)
     finally:
@@ -102,3 +102,62 @@ def table(rows: list[dict]) -> str:
     text.insert(1, "  ".join("-" * w for w in widths))
     return f"{rows[0]['benchmark']} (percent; vs baseline: paired bootstrap on the same rows, * = excludes 0)\n" + \
         "\n".join(text)
+
+
+def _scores(run) -> list[list[float]]:
+    """Each row's scores, its chosen responses' then its rejected ones' (versus.BenchmarkComparisons.add)."""
+    return [list(c) + list(r) for c, r in zip(run.chosen, run.rejected)]
+
+
+def _checkpoint_task(o, store_dir: str) -> dict:
+    """One checkpoint on a Ray worker: the local engine against the shared store, on the device the
+    driver decided (o.device) and this worker must have."""
+    from ..store.entries import Store
+    from .scaleout.ray_worker import check_worker_device
+    from .score import score
+
+    check_worker_device(o.device)
+    store = Store(store_dir)
+    try:
+        run = score(o, store=store, read_back=False)
+    finally:
+        store.close()
+    return {"summary": run.summary, "models": run.run.get("models") or {},
+            "rows": [s.row for s in run.samples], "scores": _scores(run)}
+
+
+def _sweep_on_ray(o, checkpoints, subs, out: Path, meta: dict, hooks, echo, passes, write_tables, versus):
+    """sweep._sweep_on_ray's plan for a benchmark: the reference pass over every worker, then a task per checkpoint."""
+    from .prepare import run_target
+    from .scaleout.distributed import RayConfig, run_checkpoints_on_ray
+    from .score import model_pass, open_store, prepare
+
+    if not o.cache:
+        raise UsageError("--engine ray shares work through the result store: drop --no-cache (and put --cache-dir "
+                         "on storage every worker sees)")
+    store = open_store(o)
+    reuse: dict = {}
+    target, _ = run_target(o, reuse)  # every task computes there, so every key names it
+    try:
+        if o.ref_model:
+            echo(f"reference {o.ref_model}: one pass over {o.num_workers} workers")
+            prep = prepare(replace(o, model=checkpoints[0][1]), store, reuse)
+            passes.add("ref_model", model_pass(prep, o, o.ref_model, "ref_model", store, hooks).info)
+    finally:
+        store.close()
+    jobs = [(k, replace(o, model=path, output=str(out / sub), engine="local", progress=False,
+                        device=target.device.type))
+            for k, ((_, path), sub) in enumerate(zip(checkpoints, subs))]
+    rows: dict = {}
+    for k, result in run_checkpoints_on_ray(RayConfig(o.ray_address, o.num_workers, o.gpus_per_worker), jobs,
+                                            str(store.root), _checkpoint_task):
+        step, path = checkpoints[k]
+        for role, info in result["models"].items():
+            passes.add(role, info)
+        rows[k] = bench_row(Path(path).name, subs[k], path, step, result["summary"])
+        versus.add(k, result["rows"], result["scores"], out / subs[k])
+        versus.fill(rows)
+        echo(f"done {Path(path).name} (step {step if step is not None else '-'})")
+        write_tables(out, [rows[i] for i in sorted(rows)], {**meta, **passes.counts(), "checkpoints_read_back": 0},
+                     csv_row)
+    return [rows[i] for i in sorted(rows)]

@@ -3,11 +3,13 @@ in the peer environment: what tests/test_judge_benchmarks.py compares rmbench_fa
 Reads one JSON object on stdin, writes one on stdout:
 
     {"texts": [judge answers], "ratings_rows": [[answers, one a response]],
-     "ties": [{"id", "scores", "num_correct"}], "four_way": {"question", "answers": [4]},
+     "ties": [{"id", "scores", "num_correct"}], "ties_runs": [[{"id", "scores", "num_correct"}]],
+     "four_way": {"question", "answers": [4]},
      "rating_prompt": {"question", "completion"}}
     -> {"prompts": {...}, "four_way": [process_judgement of each text], "ratings": [_get_single_rating's
         rating of each text], "rows": [run_judge_ratings_multi's winners ("error" or a list)],
-        "rows_value": [run_generative_v2.py's value of each row], "ties_score": process_single_model's}
+        "rows_value": [run_generative_v2.py's value of each row], "ties_score": process_single_model's,
+        "ties_scores": [process_single_model's of each run]}
 
 generative_v2 imports API clients the peer environment does not install (anthropic, google.generativeai,
 together, openai): empty stand-ins are put in their place, and its chat_completion is replaced by
@@ -95,6 +97,8 @@ def main():
     if request.get("ties"):
         _, score = process_single_model(Dataset.from_list(request["ties"]))
         out["ties_score"] = float(score)
+    if request.get("ties_runs"):
+        out["ties_scores"] = [float(process_single_model(Dataset.from_list(r))[1]) for r in request["ties_runs"]]
     if "four_way" in request:
         q, a = request["four_way"]["question"], request["four_way"]["answers"]
         conv = [[{"role": "user", "content": q}, {"role": "assistant", "content": x}] for x in a]

@@ -283,12 +283,18 @@ def test_detection_cli_and_refusals(server, tmp_path):
     assert bad.exit_code == 2 and "RewardBench 2's own protocol" in bad.output
     bad = CliRunner().invoke(main, args + ["--protocol", "rb2-4way", "--tie", "0.5"])
     assert bad.exit_code == 2 and "--tie" in bad.output
-    bad = CliRunner().invoke(main, args + ["--verdict", "logits", "--backend", "hf"])
-    assert bad.exit_code == 2 and "--verdict logits" in bad.output
-    talk = write(tmp_path / "talk.jsonl", [{"chosen": [{"role": "user", "content": "hi"}, {"role": "assistant",
-                                                                                         "content": "hello"}],
-                                            "rejected": [{"role": "user", "content": "hi"},
-                                                         {"role": "assistant", "content": "go away"}]}])
-    bad = CliRunner().invoke(main, args[:6] + [talk, "--benchmark", "pairs"])
-    assert bad.exit_code == 2 and "conversation" in bad.output and "item 0" in bad.output
 
+
+
+def test_domains_name_subsets(server, tmp_path):
+    from rmbench_fast.errors import UsageError
+
+    rows = v1_rows()
+    data = write(tmp_path / "v1.jsonl", rows)
+    got = run(server, data, tmp_path / "out", domains=("math-prm,hep-python",))
+    want = [r for r in rows if r["subset"] in ("math-prm", "hep-python")]
+    assert sorted(got.summary["subsets"]) == ["hep-python", "math-prm"] and got.run["n_prompts"] == len(want)
+    assert got.summary["subsets"]["math-prm"] == pytest.approx(
+        sum(pair_credit(r["chosen"], r["rejected"]) for r in want if r["subset"] == "math-prm") / 3)
+    with pytest.raises(UsageError, match="--domains chat: no such subset"):
+        run(server, data, tmp_path / "bad", domains=("chat",))

@@ -8,6 +8,9 @@ pairs): one BenchAsk per request slot, in row order.
 - rb2-4way (reward-bench-2 only): one ask a non-Ties row, its chosen answer in the slot judges.rb2.slot
   draws from --seed; Ties rows are rated (as run_generative_v2.py does).
 - rb2-ratings (reward-bench-2 only): one ask a response of every row (Ties rows with the Ties prompt).
+--samples K makes K asks of each (sample 0..K-1, each with its own seed). A conversational prompt or
+response is shown as judges.conversation says (the protocol's own prompt, rewardbench's two-turn
+prompt, or a transcript of every turn).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import DataError
-from . import rb2
+from . import conversation, rb2
 from .plan import request_seed
 from .requests import Request, Sampling
 
@@ -51,8 +54,8 @@ def _sampling(sampling: Sampling, k: int, seed: int, messages, n: int) -> Sampli
 
 def plan(samples, bench, protocol, protocol_name: str, key_of: Callable, orders: str, seed: int, k: int,
          sampling: Sampling) -> list[BenchAsk]:
-    """Every ask of the run. samples: engine.benchmarks.TaskSample (string prompts and responses);
-    protocol: the pairwise Protocol (None for rb2-4way / rb2-ratings)."""
+    """Every ask of the run. samples: engine.benchmarks.TaskSample (a prompt or response: a string or a
+    conversation); protocol: the pairwise Protocol (None for rb2-4way / rb2-ratings)."""
     from ..tasks.rewardbench2 import is_ties
 
     rng = np.random.default_rng(seed)
@@ -70,17 +73,21 @@ def plan(samples, bench, protocol, protocol_name: str, key_of: Callable, orders:
                 firsts = (True, False) if orders == "both" else (bool(rng.random() < 0.5),)
                 for first in firsts:
                     a, b = (responses[better], responses[worse]) if first else (responses[worse], responses[better])
-                    add(p, PAIR, better, worse, first, tuple(protocol.messages(s.prompt, a, b)), comparison=c)
+                    add(p, PAIR, better, worse, first, conversation.pair_messages(protocol, s.prompt, a, b),
+                        comparison=c)
         elif protocol_name == rb2.RATINGS or is_ties(s.subset):
             for r, text in enumerate(responses):
-                add(p, RATING, r, -1, True, rb2.rating_messages(s.prompt, text, is_ties(s.subset)))
+                add(p, RATING, r, -1, True, rb2.rating_messages(conversation.question(s.prompt),
+                                                                conversation.answer(text), is_ties(s.subset)))
         else:
             if len(s.rejected) < 3:
                 raise DataError(s.source, f"--protocol rb2-4way shows the first chosen and three rejected responses; "
                                 f"this row has {len(s.rejected)} rejected", index=s.index, key="rejected")
             shuffle = rb2.slot(seed, s.subset, s.id)
-            answers = rb2.four_way_answers(s.chosen[0], s.rejected, shuffle)
-            add(p, FOUR_WAY, 0, -1, True, rb2.four_way_messages(s.prompt, answers), slot=shuffle)
+            answers = rb2.four_way_answers(conversation.answer(s.chosen[0]),
+                                           tuple(conversation.answer(x) for x in s.rejected), shuffle)
+            add(p, FOUR_WAY, 0, -1, True, rb2.four_way_messages(conversation.question(s.prompt), answers),
+                slot=shuffle)
     return asks
 
 

@@ -4,9 +4,12 @@ pairs`, or detected from the data as `score` detects it): rows (engine.benchmark
 verdicts -> each row's result -> the benchmark's numbers (judges.bench_scores, whose docstring says how
 pairwise verdicts feed each benchmark) -> results.jsonl, summary.json, judgements.jsonl and run.json.
 
---domains names subsets. Not here (one line each when asked): --verdict logits (RM-Bench only), conversational
-prompts (engine.benchmarks.load_samples' limit), --samples > 1, --template, --verdict-regex, --tie and
---invalid with the rb2 protocols (their rules are fixed by run_generative_v2.py).
+--domains names subsets (engine.benchmarks.load_samples), --limit takes the first N rows of each. A
+conversational prompt or response (reward-bench's prior sets, TRL conversational pairs) is shown as
+judges.conversation says; run.json counts the rows of each form, and one line on stderr says how many
+are shown as a transcript. --samples K: judges.bench_scores says how the K samples make the numbers.
+Not here (one line each when asked): --template, --verdict-regex, --tie and --invalid with the rb2
+protocols (their rules are fixed by run_generative_v2.py).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from ..errors import UsageError
 from ..store.atomic import atomic_open, atomic_write_json, atomic_write_text
 from ..store.entries import Store
 from ..store.paths import store_root
-from . import bench_plan, plan as planning, rb2, validity
+from . import bench_plan, conversation, plan as planning, rb2, validity
 from .journal import Journal
 from .options import JudgeOptions, invalid_rule, safe_url
 from .requests import Sampling
@@ -55,16 +58,12 @@ def benchmark_name(o: JudgeOptions) -> str:
                          "(give --benchmark reward-bench-2, or a pairwise protocol)")
     if name == RM_BENCH:
         return name
-    if o.verdict == "logits":
-        raise UsageError(f"--benchmark {name}: --verdict logits is not yet supported (RM-Bench only for now)")
     if o.protocol in rb2.PROTOCOLS:
         given = [f for f, v in (("--template", o.template), ("--verdict-regex", o.verdict_regex), ("--tie", o.tie),
                                 ("--invalid", o.invalid)) if v is not None]
         if given:
             raise UsageError(f"--protocol {o.protocol}: {', '.join(given)} not taken (its prompt, parser and "
                              "0.25 for no verdict are run_generative_v2.py's)")
-        if o.samples > 1:
-            raise UsageError(f"--protocol {o.protocol}: --samples > 1 is not yet supported")
     return name
 
 
@@ -80,6 +79,22 @@ def _protocol(o: JudgeOptions):
     return protocol, protocol.describe(), tie, invalid_rule(o.invalid, protocol.invalid)
 
 
+def load_rows(o: JudgeOptions, name: str, protocol) -> tuple[list, dict]:
+    """The benchmark's rows (engine.benchmarks.TaskSample) and how many take each form (judges.conversation),
+    with one line on stderr when some are shown as a transcript. protocol: the pairwise Protocol (None: rb2's)."""
+    from ..engine.benchmarks import load_samples
+
+    samples = load_samples(SimpleNamespace(data=o.data, limit=o.limit, tie_credit=0.0, domains=o.domains), name)
+    forms = conversation.count_forms(samples, protocol)
+    if forms[conversation.TRANSCRIPT]:
+        log.warning("%d conversational rows are shown to the judge as a transcript of every turn (### User: ...): "
+                    "--protocol %s has no prompt for their turns%s (docs/judging-benchmarks.md)",
+                    forms[conversation.TRANSCRIPT], o.protocol,
+                    "; rewardbench 0.1.4's run_generative.py leaves rows of more than four messages out"
+                    if name == "reward-bench" else "")
+    return samples, forms
+
+
 def judge_benchmark(o: JudgeOptions, name: str, t_start: float) -> BenchJudgeRun:
     from ..engine.benchmarks import load_samples
     from ..tasks import get
@@ -88,11 +103,7 @@ def judge_benchmark(o: JudgeOptions, name: str, t_start: float) -> BenchJudgeRun
     if o.output:
         check_output(o)
     bench = get(name)
-    samples = load_samples(SimpleNamespace(data=o.data, limit=o.limit, tie_credit=0.0, domains=o.domains), name)
-    for s in samples:
-        if not all(isinstance(x, str) for x in (s.prompt, *s.chosen, *s.rejected)):
-            raise UsageError(f"{s.source}, item {s.index} (id {s.id!r}): a conversation (a list of messages) as the "
-                             "prompt or a response is not yet supported by judge (string prompts and responses only)")
+    samples, forms = load_rows(o, name, protocol)
     unused = bench_plan.unused_responses(samples, o.protocol)
     if unused:
         log.warning("--protocol rb2-4way: %d responses past each row's first chosen and three rejected are not shown "
@@ -126,6 +137,7 @@ def judge_benchmark(o: JudgeOptions, name: str, t_start: float) -> BenchJudgeRun
         "protocol": described, "tie": tie, "invalid_rule": invalid, "judge": identity, "judge_key": key,
         "n_prompts": len(samples), "asks": len(asks), "requests": len(requests),
         "from_store": len(requests) - len(todo), "failed_requests": len(failed), "unused_responses": unused,
+        "conversations": forms,
         "journal": {"path": str(journal.path) if journal.path else None, "cut_lines_skipped": journal.cut_lines},
         "generated": gen, **bench_plan.stats(asks, [v.winner for v in verdicts]), **valid,
         "tokens": _tokens(journal, requests),
@@ -161,19 +173,34 @@ def _read(o, protocol, asks, journal, tie, invalid):
     return verdicts, values, causes
 
 
+def _sample_record(x: dict) -> dict:
+    """One sample of rb2's asks: its 4-way value or ratings (a response each) and its Ties scores."""
+    rec = {}
+    if "four_way" in x:
+        rec["four_way"] = x["four_way"]
+    if "ratings" in x:
+        rec["ratings"] = [x["ratings"][k] for k in sorted(x["ratings"])]
+    if x.get("ties_scores") is not None:
+        rec["ties_scores"] = x["ties_scores"]
+    return rec
+
+
 def write_results(path: Path, samples, per, results, scores) -> None:
-    """results.jsonl: every row's id, subset, what its asks gave (comparisons' credits, the 4-way value and
-    chosen slot, the ratings), its Ties scores and its result: each number of the summary recomputes from them."""
+    """results.jsonl: every row's id, subset, what its asks gave (comparisons' credits: the mean over
+    orders and samples; the 4-way value, the ratings), its Ties scores and its result: each number of
+    the summary recomputes from them. rb2's asks with --samples K > 1: "samples", one record a sample
+    (its values, Ties scores and result), and "result" their results' mean (Ties: None)."""
     lines = []
     for s, v, r, t in zip(samples, per, results, scores):
         rec = {"id": s.id, "subset": s.subset, "n_chosen": len(s.chosen), "n_rejected": len(s.rejected)}
         if "comparisons" in v:
             rec["comparisons"] = [{"better": i, "worse": j, "credit": c} for i, j, c in v["comparisons"].values()]
-        if "four_way" in v:
-            rec["four_way"] = v["four_way"]
-        if "ratings" in v:
-            rec["ratings"] = [v["ratings"][k] for k in sorted(v["ratings"])]
-        if t is not None:
+        runs = v.get("samples", [])
+        if len(runs) == 1:
+            rec.update(_sample_record(runs[0]))
+        elif runs:
+            rec["samples"] = [{**_sample_record(x), "result": x["result"]} for x in runs]
+        elif t is not None:
             rec["ties_scores"] = t
         rec["result"] = r
         lines.append(json.dumps(rec, ensure_ascii=False))

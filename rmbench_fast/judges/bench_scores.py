@@ -21,6 +21,14 @@ credit in place of "scores above"):
   mean over every comparison (a tie verdict scores --tie, not --tie-credit, which is for scores).
 - rb2-4way: a row's result is its 4-way value; rb2-ratings: the chosen response's share of the top
   rating (every rating failed: 0.25). Ties under both: the ratings (failed: -1) by ties_score.
+
+--samples K: under a pairwise protocol a comparison's credit is the mean over its orders and its K
+samples, and the rules above run once on those credits. Under rb2-4way and rb2-ratings the run's
+numbers are the mean of K runs, run n taking sample n of every ask: each run's rows, subsets and
+score by the rules above (a ratings row's top share from run n's ratings, Ties' ties_score from run
+n's ratings), then each subset and `score` the mean over the runs (summary.json's `per_sample` holds
+every run's); a row's result is the mean of its runs' results (what the intervals resample, Ties held).
+With K = 1 both are the rules above.
 """
 
 from __future__ import annotations
@@ -32,24 +40,28 @@ from .bench_plan import FOUR_WAY, PAIR, RATING
 
 
 def row_values(asks, values, n_rows: int) -> list[dict]:
-    """Per row: {"comparisons": {c: (better, worse, credit)}, "four_way": value, "ratings": {r: rating}}
-    (the means over orders and samples; only the keys its asks have)."""
+    """Per row (only the keys its asks have): {"comparisons": {c: (better, worse, credit)}} (pairwise
+    asks; the credit: the mean over orders and samples), {"samples": [{"four_way": value} or
+    {"ratings": {r: rating}}, one a sample 0..K-1]} (rb2's asks). summarize adds each sample's
+    "result" and "ties_scores" (a Ties row's ratings, else None)."""
     sums: list[dict] = [{} for _ in range(n_rows)]
+    runs: list[dict] = [{} for _ in range(n_rows)]
     for a, v in zip(asks, values):
-        key = (a.kind, a.comparison if a.kind == PAIR else a.i, a.i, a.j)
-        total, count = sums[a.prompt].get(key, (0.0, 0))
-        sums[a.prompt][key] = (total + float(v), count + 1)
+        if a.kind == PAIR:
+            key = (a.comparison, a.i, a.j)
+            total, count = sums[a.prompt].get(key, (0.0, 0))
+            sums[a.prompt][key] = (total + float(v), count + 1)
+        elif a.kind == FOUR_WAY:
+            runs[a.prompt].setdefault(a.sample, {})["four_way"] = float(v)
+        elif a.kind == RATING:
+            runs[a.prompt].setdefault(a.sample, {}).setdefault("ratings", {})[a.i] = float(v)
     out = []
-    for per in sums:
+    for pairs, by in zip(sums, runs):
         row: dict = {}
-        for (kind, k, i, j), (total, count) in sorted(per.items(), key=lambda x: x[0][:2]):
-            mean = total / count
-            if kind == PAIR:
-                row.setdefault("comparisons", {})[k] = (i, j, mean)
-            elif kind == FOUR_WAY:
-                row["four_way"] = mean
-            elif kind == RATING:
-                row.setdefault("ratings", {})[k] = mean
+        if pairs:
+            row["comparisons"] = {c: (i, j, total / count) for (c, i, j), (total, count) in sorted(pairs.items())}
+        if by:
+            row["samples"] = [by[n] for n in sorted(by)]
         out.append(row)
     return out
 
@@ -64,7 +76,8 @@ def _pair_scores(row, per: dict) -> list[float]:
 
 
 def row_result(name: str, sample, per: dict) -> tuple[float | None, list | None]:
-    """(the row's result, None for a Ties row; the response scores Ties is computed from, else None)."""
+    """(the row's result, None for a Ties row; the response scores Ties is computed from, else None).
+    per: a row's comparisons, or one sample's 4-way value or ratings (row_values)."""
     from ..tasks.rewardbench2 import is_ties
 
     ties = name == "reward-bench-2" and is_ties(sample.subset)
@@ -112,17 +125,53 @@ def aggregate(name: str, samples, results: list, scores: list, credits: list) ->
     return {"benchmark": name, "score": sum(subsets.values()) / len(subsets), "subsets": subsets, "counts": counts}
 
 
+def _mean(values: list) -> float:
+    return sum(values) / len(values)
+
+
+def _runs(name: str, samples, per: list[dict]) -> tuple[dict, list, list]:
+    """rb2's asks: (the mean of the K runs' summaries, each row's mean result, each row's Ties scores:
+    run 0's with K = 1, else a list a run); each sample of `per` gets its result and Ties scores."""
+    k = len(per[0]["samples"])
+    runs = []
+    for n in range(k):
+        got = []
+        for s, v in zip(samples, per):
+            if len(v.get("samples", ())) != k:
+                raise ValueError(f"row {s.name}: {len(v.get('samples', ()))} samples of its asks, not {k}")
+            result, ties = row_result(name, s, v["samples"][n])
+            v["samples"][n].update(result=result, ties_scores=ties)
+            got.append((result, ties))
+        runs.append(aggregate(name, samples, [r for r, _ in got], [t for _, t in got], [[] for _ in samples]))
+    summary = {"benchmark": name, "score": _mean([r["score"] for r in runs]),
+               "subsets": {sub: _mean([r["subsets"][sub] for r in runs]) for sub in runs[0]["subsets"]},
+               "counts": runs[0]["counts"]}
+    if k > 1:
+        summary["samples"] = k
+        summary["per_sample"] = [{"score": r["score"], "subsets": r["subsets"]} for r in runs]
+    results = [None if v["samples"][0]["result"] is None else _mean([x["result"] for x in v["samples"]])
+               for v in per]
+    scores = [v["samples"][0]["ties_scores"] if k == 1 else
+              (None if v["samples"][0]["ties_scores"] is None else [x["ties_scores"] for x in v["samples"]])
+              for v in per]
+    return summary, results, scores
+
+
 def summarize(name: str, samples, asks, values, bootstrap: int) -> tuple[dict, list[dict], list, list]:
     """(the summary, each row's values, each row's result, each row's Ties scores), with the summary's
-    95% intervals (engine.benchmark_intervals: a bootstrap over rows within each subset)."""
+    95% intervals (engine.benchmark_intervals: a bootstrap over rows within each subset). Pairwise
+    asks: the rules on the comparisons' credits; rb2's asks: the mean of the runs (see above)."""
     from ..engine.benchmark_intervals import intervals
     from ..tasks import get
 
     per = row_values(asks, values, len(samples))
-    pairs = [row_result(name, s, v) for s, v in zip(samples, per)]
-    results, scores = [r for r, _ in pairs], [t for _, t in pairs]
-    credits = [[c for _, _, c in v.get("comparisons", {}).values()] for v in per]
-    summary = aggregate(name, samples, results, scores, credits)
+    if per and "samples" in per[0]:
+        summary, results, scores = _runs(name, samples, per)
+    else:
+        pairs = [row_result(name, s, v) for s, v in zip(samples, per)]
+        results, scores = [r for r, _ in pairs], [t for _, t in pairs]
+        credits = [[c for _, _, c in v.get("comparisons", {}).values()] for v in per]
+        summary = aggregate(name, samples, results, scores, credits)
     bench = get(name)
     summary["intervals"] = intervals(name, _Results(bench), [s.row for s in samples], [[r] for r in results],
                                      summary, bootstrap)

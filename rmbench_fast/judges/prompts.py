@@ -1,5 +1,5 @@
 """The published judge prompts, word for word (data, not code): RM-Bench's README template for its
-DeepSeek-R1 baseline, rewardbench 0.1.4's single-turn MT-Bench pairwise prompt, and RM-R1's two
+DeepSeek-R1 baseline, rewardbench 0.1.4's single- and two-turn MT-Bench pairwise prompts, and RM-R1's two
 RM-Bench prompts (its Qwen2.5-Instruct models: system + user; its DeepSeek-Distilled models: one user
 message). Where each comes from is named above it; tests/test_judge_protocols.py pins them by hash."""
 
@@ -47,6 +47,29 @@ REWARDBENCH_USER = (
     "[User Question]\n{question}\n\n"
     "[The Start of Assistant A's Answer]\n{answer_a}\n[The End of Assistant A's Answer]\n\n"
     "[The Start of Assistant B's Answer]\n{answer_b}\n[The End of Assistant B's Answer]"
+)
+
+# Same file: prompt_multi_v2 (lines 130-139), the two-turn system prompt, and
+# MTBENCH_MULTI_V2["prompt_template"] (lines 155-160), its user message (fields question_1, question_2,
+# answer_a_1, answer_a_2, answer_b_1, answer_b_2): format_judge_answers(multi_turn=True), no modifier.
+REWARDBENCH_MULTI_SYSTEM = (
+    "Please act as an impartial judge and evaluate the quality of the responses provided by two AI assistants "
+    "to the user questions. You should focus on who provides a better answer to the second user question. "
+    "You should choose the assistant that follows the user's instructions and answers the user's question better. "
+    "Your evaluation should consider factors such as the helpfulness, relevance, accuracy, depth, creativity, and "
+    "level of detail of their responses. Begin your evaluation by comparing the two responses and provide a short "
+    "explanation. Avoid any position biases and ensure that the order in which the responses were presented does "
+    "not influence your decision. Do not allow the length of the responses to influence your evaluation. Do not "
+    "favor certain names of the assistants. Be as objective as possible. After providing your explanation, output "
+    'your final verdict by strictly following this format: "[[A]]" if assistant A is better, "[[B]]" if assistant '
+    "B is better."
+)
+REWARDBENCH_MULTI_USER = (
+    "<|The Start of Assistant A's Conversation with User|>\n\n### User:\n{question_1}\n\n### Assistant A:\n"
+    "{answer_a_1}\n\n### User:\n{question_2}\n\n### Assistant A:\n{answer_a_2}\n\n<|The End of Assistant A's "
+    "Conversation with User|>\n\n\n<|The Start of Assistant B's Conversation with User|>\n\n### User:\n"
+    "{question_1}\n\n### Assistant B:\n{answer_b_1}\n\n### User:\n{question_2}\n\n### Assistant B:\n"
+    "{answer_b_2}\n\n<|The End of Assistant B's Conversation with User|>"
 )
 
 # RM-R1 at d4c2542 (github.com/RM-R1-UIUC/RM-R1), eval/RM-Bench/rewardbench/generative.py:

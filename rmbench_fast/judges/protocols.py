@@ -8,7 +8,8 @@ Presets (PROTOCOLS; get_protocol(name) returns them):
   a comparison only when chosen > rejected (scripts/utils.py line 90): a tie and an invalid answer
   score 0. Orders: both (our choice; nothing is published).
 - rewardbench: rewardbench 0.1.4's MT-Bench pairwise prompt (system + user, format_judge_answers
-  single-turn with no model modifier) and process_judgement; its run_generative.py shows each pair
+  single-turn with no model modifier; a two-turn conversation: its two-turn prompt, multi_turn=True,
+  see judges.conversation) and process_judgement; its run_generative.py shows each pair
   once, A/B swapped when np.random.rand() > 0.5 (no seed), and scores an answer without [[A]]/[[B]]
   0.5 ("effectively a tie"); it has no tie verdict.
 - rm-r1 / rm-r1-reasoning: RM-R1's RM-Bench prompts (RM-R1-*-Instruct models: system + user;
@@ -17,9 +18,9 @@ Presets (PROTOCOLS; get_protocol(name) returns them):
 - custom: a user's Jinja template and verdict regex (below).
 
 A template (template_path) or a verdict regex given with a preset's name replaces that part of the
-preset and keeps the rest (rules, notes, answer_prefix). "custom" needs both. A template file is
-rendered with jinja2 (sandboxed, StrictUndefined) over question, answer_a and answer_b, and must use
-all three and nothing else. A file named *.json holds a list of {"role", "content"} messages, each
+preset and keeps the rest (rules, notes, answer_prefix; a template also drops the two-turn prompt).
+"custom" needs both. A template file is rendered with jinja2 (sandboxed, StrictUndefined) over
+question, answer_a and answer_b, and must use all three and nothing else. A file named *.json holds a list of {"role", "content"} messages, each
 content a template; any other file is one user message (its one trailing newline dropped).
 Logit verdicts (no decoding): force the answer to start with answer_prefix and compare the next-token
 logits of verdict_strings.
@@ -55,10 +56,18 @@ class Protocol:
     verdict_strings: tuple = ("A", "B")
     template_path: str | None = None  # a user's template replaced the preset's
     verdict_regex: str | None = None  # a user's regex replaced the preset's parser
+    # (question_1, answer_1, question_2, answer_a, answer_b) -> messages: the published two-turn prompt,
+    # where there is one (judges.conversation shows other conversations as a transcript)
+    two_turn: Callable | None = field(default=None, repr=False)
 
     def messages(self, question: str, answer_a: str, answer_b: str) -> tuple:
         """The chat messages ({"role", "content"} dicts, fresh each call) for one comparison."""
         return tuple(dict(m) for m in self.build(question, answer_a, answer_b))
+
+    def two_turn_messages(self, question_1: str, answer_1: str, question_2: str, answer_a: str,
+                          answer_b: str) -> tuple:
+        """The two-turn prompt's messages: the shared first exchange, the second question, each answer."""
+        return tuple(dict(m) for m in self.two_turn(question_1, answer_1, question_2, answer_a, answer_b))
 
     def parse(self, text: str | None) -> Verdict:
         if text is None:
@@ -67,8 +76,9 @@ class Protocol:
 
     def describe(self) -> dict:
         """Everything but the callables, for a results file."""
-        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("build", "parser")}
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("build", "parser", "two_turn")}
         d["verdict_strings"] = list(self.verdict_strings)
+        d["two_turn_prompt"] = self.two_turn is not None
         return d
 
 
@@ -80,6 +90,13 @@ def _rmbench(question, answer_a, answer_b):
 def _rewardbench(question, answer_a, answer_b):
     user = prompts.REWARDBENCH_USER.format(question=question, answer_a=answer_a, answer_b=answer_b)
     return ({"role": "system", "content": prompts.REWARDBENCH_SYSTEM}, {"role": "user", "content": user})
+
+
+def _rewardbench_two_turn(question_1, answer_1, question_2, answer_a, answer_b):
+    """format_judge_answers(multi_turn=True): answer_a_1 and answer_b_1 are the shared first answer."""
+    user = prompts.REWARDBENCH_MULTI_USER.format(question_1=question_1, question_2=question_2, answer_a_1=answer_1,
+                                                 answer_b_1=answer_1, answer_a_2=answer_a, answer_b_2=answer_b)
+    return ({"role": "system", "content": prompts.REWARDBENCH_MULTI_SYSTEM}, {"role": "user", "content": user})
 
 
 def _rm_r1(question, answer_a, answer_b):
@@ -106,7 +123,7 @@ PROTOCOLS = {
               "accuracy credits only chosen > rejected; both orders is our choice."),
     "rewardbench": Protocol(
         "rewardbench", _rewardbench, parse_rewardbench, tie=0.5, invalid=0.5, orders="random",
-        answer_prefix="[[",
+        answer_prefix="[[", two_turn=_rewardbench_two_turn,
         notes="rewardbench 0.1.4 scripts/run_generative.py: each pair once, A/B swapped when np.random.rand() "
               "> 0.5 with no seed; greedy (temperature 0, max_tokens 2048); [[A]] anywhere wins, else [[B]]; "
               "no tie verdict ([[C]] is not read); no verdict scores 0.5 ('effectively a tie')."),
@@ -216,7 +233,7 @@ def get_protocol(name: str = DEFAULT, template_path=None, verdict_regex: str | N
         raise UsageError(f"unknown judge protocol {name!r}: choose from {', '.join([*PROTOCOLS, 'custom'])}")
     changes, told = {}, []
     if template_path is not None:
-        changes.update(build=load_template(template_path), template_path=str(template_path))
+        changes.update(build=load_template(template_path), template_path=str(template_path), two_turn=None)
         told.append(f"template {template_path}")
     if verdict_regex is not None:
         changes.update(parser=RegexParser(verdict_regex), verdict_regex=verdict_regex)

@@ -192,6 +192,11 @@ SLOW_TESTS = {
         name: "rewardbench 0.1.4 in the peer env's subprocess" for name in (
             "test_reward_bench_pairwise_follows_sections", "test_reward_bench_2_pairwise",
             "test_four_way_numbers_slots_and_parse_errors", "test_ratings_share_tied_top_and_fail_to_a_quarter")},
+    "test_judge_bench_samples.py": {
+        "test_rb2_protocols_score_the_mean_of_k_runs": "rewardbench 0.1.4 in the peer env's subprocess"},
+    "test_judge_bench_logits.py": {name: "a tiny judge's logit passes and a plain forward per ask: 14-22 s" for name in (
+        "test_reward_bench_sections_from_logit_verdicts", "test_reward_bench_2_best_of_n_and_ties",
+        "test_pairs_pooled_share_prefix_and_store")},
     "test_benchmark_sweep_compare.py": {
         "test_sweep_scores_each_checkpoint_as_a_benchmark_run": "three checkpoints scored in process: about 28 s"},
     "test_benchmark_engine.py": {

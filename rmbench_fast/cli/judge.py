@@ -57,7 +57,8 @@ from ..judges.options import BACKENDS, ORDERS, VERDICTS, JudgeOptions, default
               "or 'coin' (a fair coin from --seed) [default: the protocol's rule; rmbench 0].")
 @click.option("--verdict", type=click.Choice(VERDICTS), default=default("verdict"), show_default=True,
               help="logits (hf): no decoding; read the two verdict tokens' logits after the protocol's answer "
-                   "prefix; a pair is won when the chosen answer's probability, averaged over orders, exceeds 0.5.")
+                   "prefix; a pair is won when the chosen answer's probability, averaged over orders, exceeds 0.5. Every "
+                   "benchmark, with a pairwise protocol (not rb2-4way / rb2-ratings, which decode).")
 @click.option("--share-prefix/--no-share-prefix", default=False, show_default=True,
               help="--verdict logits: run each prompt's shared text (template and question) once.")
 @click.option("--engine", type=click.Choice(("local", "ray")), default="local", show_default=True,
@@ -122,9 +123,7 @@ def judge(no_cache, quiet, domains, **kw):
         return
     click.echo(format_table(result.summary, about_line(run_facts(run))))
     if run.get("verdict") == "logits":
-        speed = f"{run['tokens_per_s']:,.0f} tokens/s" if run["tokens_per_s"] else "from the result store"
-        click.echo(f"\n{run['asks']} logit verdicts, {run['tokens']['prompt']:,} prompt tokens ({speed}); "
-                   f"{position_bias(run)}")
+        click.echo(logits_line(run))
         return
     click.echo("\n" + "\n".join(table_lines(run, run["invalid_rule"])))
     gen = run["generated"]
@@ -147,6 +146,12 @@ def position_bias(run: dict) -> str:
     return f"position bias: the first answer won {100 * pb['first_shown_wins']:.1f}% of decided pairs ({pb['verdicts']})"
 
 
+def logits_line(run: dict) -> str:
+    """A logit-verdict run's counts: its asks, prompt tokens, speed and position bias."""
+    speed = f"{run['tokens_per_s']:,.0f} tokens/s" if run["tokens_per_s"] else "from the result store"
+    return f"\n{run['asks']} logit verdicts, {run['tokens']['prompt']:,} prompt tokens ({speed}); {position_bias(run)}"
+
+
 def benchmark_lines(result, o) -> None:
     """Another benchmark's judge run: its numbers (as `score --benchmark` prints them), the answers
     without a verdict, and the run's counts."""
@@ -155,9 +160,12 @@ def benchmark_lines(result, o) -> None:
 
     run = result.run
     click.echo(table(result.summary))
-    click.echo("\n" + "\n".join(table_lines(run, run["invalid_rule"])))
-    bias = f"; {position_bias(run)}" if "position_bias" in run else ""
-    click.echo(f"\n{run['asks']} verdicts ({run['requests']} requests: {run['from_store']} from the store, "
-               f"{run['generated']['requests']} generated){bias}")
+    if run.get("verdict") == "logits":
+        click.echo(logits_line(run))
+    else:
+        click.echo("\n" + "\n".join(table_lines(run, run["invalid_rule"])))
+        bias = f"; {position_bias(run)}" if "position_bias" in run else ""
+        click.echo(f"\n{run['asks']} verdicts ({run['requests']} requests: {run['from_store']} from the store, "
+                   f"{run['generated']['requests']} generated){bias}")
     if o.output:
         click.echo(f"results: {o.output}/results.jsonl, summary.json, judgements.jsonl, run.json")

@@ -1,4 +1,5 @@
-"""A generative judge on RM-Bench (other benchmarks: judges.bench_run): data -> asks (judges.plan) ->
+"""A generative judge on RM-Bench (other benchmarks: judges.bench_run; their logit verdicts:
+judges.bench_logits): data -> asks (judges.plan) ->
 generations (a backend, through the journal: judges.session) -> verdicts (the protocol's parser) ->
 cells -> the summary -> results, judgements.jsonl and run.json."""
 
@@ -42,14 +43,17 @@ class JudgeRun:
 def judge(o: JudgeOptions):
     """Judge every (chosen_i, rejected_j) pair of `o.data` with `o.model`; write results when
     `o.output` is set. Finished generations come from the journal in the result store. Another
-    benchmark's data (--benchmark, or detected from the data): judges.bench_run (a BenchJudgeRun)."""
+    benchmark's data (--benchmark, or detected from the data): judges.bench_run (a BenchJudgeRun), with
+    --verdict logits judges.bench_logits (one too)."""
     t_start = time.perf_counter()
     check(o)
+    from .bench_logits import check as check_logits, judge_bench_logits
     from .bench_run import benchmark_name, judge_benchmark
 
+    check_logits(o)  # rb2-4way / rb2-ratings with --verdict logits: one line, whatever the benchmark
     name = benchmark_name(o)
     if name != "rm-bench":
-        return judge_benchmark(o, name, t_start)
+        return (judge_bench_logits if o.verdict == "logits" else judge_benchmark)(o, name, t_start)
     protocol = get_protocol(o.protocol, o.template, o.verdict_regex)
     tie = protocol.tie if o.tie is None else o.tie
     invalid = invalid_rule(o.invalid, protocol.invalid)

@@ -207,8 +207,10 @@ def score(o: ScoreOptions, store: Store | None = None, hooks=None, reuse: dict |
         done = stored_run(o, store, target, started) if stamp and hooks is None else None
         if done is not None:  # the same run finished into another folder: its files, from the store
             return done
-        warm_metrics()  # numba's import overlaps the loading and the passes
         prep = prepare(o, store, reuse, given)  # given: models lent in memory (engine.api.lent), never stamped
+        # numba's import overlaps the passes, whose matmuls release the GIL; during the loading, which is
+        # Python (imports) holding it, the two would take turns (0.3 s of a 10 s run, farm-bench)
+        warm_metrics()
         passes = {role: model_pass(prep, o, path, role, store, hooks) for role, path in prep.scorer.roles(o)}
         result = finish(prep, o, passes, t_start, store, stamp, started)
         if prep.benchmark == RM_BENCH:  # another benchmark's run is never read back (engine.benchmarks)

@@ -9,10 +9,13 @@
 #      (benchmarks/logprob_tune.py), until TUNE_BUDGET seconds (default 120) are spent;
 #   5. (run before 4) --tp 2 against one GPU on a small Llama (fp32 scores, RM and DPO with a reference):
 #      needs two GPUs; on a machine with one it says so and skips (benchmarks/tp_check.py).
+#   6. (run before 4) issue 34's breakdown on the GPU: one RM and one DPO run of the profile's model
+#      (hidden 512, 4 layers, 32k vocabulary, bf16, --no-cache), whole process, then the GPU's kernel time
+#      by group and the time it sat idle in the forwards (benchmarks/profile_breakdown.py --device cuda).
 # Each step writes JSON under OUT_DIR; the last lines are one summary table.
 #
 # usage: bash benchmarks/gpu_check.sh [OUT_DIR]      (default OUT_DIR: $OUT, else benchmarks/results)
-#   STEPS=1,2,3,4 which steps                          DATA=RM-Bench folder (default ../shared/rm-bench;
+#   STEPS=1,2,3,5,6,4 which steps                         DATA=RM-Bench folder (default ../shared/rm-bench;
 #   DEADLINE=450  seconds for the whole script: step 4's budget shrinks to fit it
 #   LIMIT=20      prompts per domain (step 3)               the device machine needs a copy in the checkout)
 #   OFFICIAL_TIMEOUT=120  seconds the official flow may run in step 3; past it, it is stopped and its
@@ -23,7 +26,7 @@ cd "$(dirname "$0")/.."
 OUT_DIR=${1:-${OUT:-benchmarks/results}}
 DATA=${DATA:-../shared/rm-bench}
 LIMIT=${LIMIT:-20}
-STEPS=${STEPS:-1,2,3,5,4}
+STEPS=${STEPS:-1,2,3,5,6,4}
 TUNE_BUDGET=${TUNE_BUDGET:-120}
 OFFICIAL_TIMEOUT=${OFFICIAL_TIMEOUT:-120}
 DEADLINE=${DEADLINE:-450}  # seconds: step 4 gets what is left of it (a device call is at most 600 s)
@@ -81,6 +84,13 @@ if has 5; then
   fi
 fi
 
+if has 6; then
+  echo "== 6. where a run's time goes on the GPU (RM and DPO, bf16)"
+  timeout 200 $PY benchmarks/profile_breakdown.py --device cuda --dtype bfloat16 --data "$DATA" --limit "$LIMIT" \
+    --out "$OUT_DIR/profile-cuda.json" 2>&1 | grep -v "^USDT\|SyncActivityProfiler" | tee "$OUT_DIR/profile-cuda.log" | tail -4
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+
 left=$((DEADLINE - SECONDS - 25))
 if has 4 && [ "$left" -lt 30 ]; then
   echo "== 4. kernel tile sweep skipped: ${SECONDS} s gone of the ${DEADLINE} s deadline"
@@ -110,6 +120,14 @@ if tune.is_file():
         b = r.get("best")
         print(f"tile sweep N={r['N']} V={r['V']} d={r['d']}: " + (f"best {r['best_vs_matmul']:.3f}x matmul, "
               f"{b['config']} chunk {b['chunk_v']}" if b else "no candidate finished"))
+prof = out / "profile-cuda.json"
+if prof.is_file():
+    d = json.loads(prof.read_text())
+    for mode, r in d["modes"].items():
+        k = r["ops"]["kernels_s"]
+        print(f"profile {mode}: {r['whole_process_s']:.1f} s, model-FLOP efficiency {r['mfu']:.2f} "
+              f"(forwards {r['mfu_of_forwards']:.2f}), fixed {r['timing']['fixed_s']:.2f} s; GPU idle in the forwards "
+              f"{r['ops']['forward_gpu_idle_s']:.2f} s; kernels " + ", ".join(f"{g} {v:.2f}" for g, v in k.items()))
 e2e = out / "gpu_e2e_dpo.json"
 if e2e.is_file():
     d = json.loads(e2e.read_text())

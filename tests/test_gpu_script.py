@@ -103,3 +103,33 @@ def test_official_that_finishes_and_the_tile_sweep(data_path, tmp_path):
                    check=True, capture_output=True, env={**os.environ, "TRITON_INTERPRET": "1"})
     text = summary(tmp_path / "out")
     assert "| official | " in text and "x whole process" in text and "tile sweep N=40 V=300 d=32: best" in text
+
+
+def test_profile_step_groups_kernels_and_the_summary_reads_it(tmp_path):
+    """Step 6's grouping of the GPU's kernels by name (benchmarks/profile_breakdown.py) on stand-in kernel
+    events, and the summary's line over a profile-cuda.json of its shape."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from profile_breakdown import gpu_groups
+
+    kernels = [("nvjet_tst_128x256_64x4_2x1_v_bz_coopB_TNT", 4.0), ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", 1.0),
+               ("fmha_cutlassF_bf16_aligned_64x128_rf_sm80", 2.0), ("_linear_chunk_kernel", 3.0), ("_merge_kernel", 0.5),
+               ("void at::native::vectorized_elementwise_kernel<4, silu>", 0.25), ("Memcpy HtoD (Pageable -> Device)", 0.125),
+               ("some_kernel_of_its_own", 0.0625)]
+    events = [SimpleNamespace(device_type=DeviceType.CUDA, name=n, self_device_time_total=s * 1e6) for n, s in kernels]
+    events.append(SimpleNamespace(device_type=DeviceType.CPU, name="aten::mm", self_device_time_total=9e6))  # host side
+    groups, by_name = gpu_groups(events)
+    assert groups == {"log-prob op": 3.5, "attention": 2.0, "matmul": 5.0, "norms and activations": 0.25,
+                      "copies and padding": 0.125, "other kernels": 0.0625}
+    assert by_name == dict(kernels)
+    row = {"whole_process_s": 12.5, "mfu": 0.41, "mfu_of_forwards": 0.62, "timing": {"fixed_s": 3.25},
+           "ops": {"kernels_s": groups, "forward_gpu_idle_s": 1.75}}
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "profile-cuda.json").write_text(json.dumps({"modes": {"rm": row}}))
+    text = summary(out)
+    assert ("profile rm: 12.5 s, model-FLOP efficiency 0.41 (forwards 0.62), fixed 3.25 s; GPU idle in the "
+            "forwards 1.75 s; kernels log-prob op 3.50, attention 2.00, matmul 5.00") in text

@@ -165,3 +165,35 @@ def test_placed_the_main_device_must_keep_room_for_the_activations(big, monkeypa
     monkeypatch.undo()
     o = opts(big, "rm", device_map="auto", max_memory={"cpu": str(weights // 2)})  # the rest offloaded to disk
     assert preflight(prepare(o, Store(None)), o)["model"]["fits"]
+
+
+@pytest.fixture(scope="module")
+def long(tmp_path_factory):
+    """Sequences of about 7000 tokens, one a batch: where a rows x width^2 attention mask (50 MB) would
+    be a third of a batch's activations, had the estimate counted one a causal decoder never gets."""
+    from rmbench_fast.tiny.models import build_trio, train_tokenizer
+
+    root = tmp_path_factory.mktemp("preflight-long")
+    item = {"id": 0, "domain": "chat", "subset": "toy", "prompt": text(60, 1),
+            "chosen": [text(3300, 10 + k) for k in range(3)], "rejected": [text(3300 - 20 * k, 20 + k) for k in range(3)]}
+    data = root / "data.json"
+    data.write_text(json.dumps([item]))
+    tok = train_tokenizer([text(200, s) for s in range(20)], vocab_size=300)
+    paths = build_trio(root / "models", tok, seeds=(41, 42, 43), vocab_size=8000, hidden=256, layers=3, heads=4,
+                       intermediate=1024, max_positions=8192)
+    return {"data": str(data), **{k: str(v) for k, v in paths.items()}}
+
+
+@pytest.mark.parametrize("kind", ["rm", "dpo"])
+def test_long_sequences_estimate_within_20_percent(long, wired, monkeypatch, kind):
+    monkeypatch.setenv("RMBENCH_CPU_PEAK", "1")
+    extra = dict(ref_free="sum") if kind == "dpo" else {}
+    o = options(long["rm" if kind == "rm" else "policy"], data=long["data"], limit=None, max_tokens_per_batch=8192,
+                **extra)
+    run = score(o)
+    mem = run.run["models"]["model"]["memory"]
+    est, got = mem["estimate"], mem["measured"]
+    assert est["largest_batch"]["rows"] == 1 and est["largest_batch"]["width"] > 6500
+    width = est["largest_batch"]["width"]
+    assert est["activation_bytes"] > 2 * width * width  # a mask's bytes would be a large share of it
+    close(est["activation_bytes"], got["activation_peak_bytes"])

@@ -114,6 +114,9 @@ class AdapterScorer(RewardModelScorer):
     def readout_limit(self, e):
         return 0  # models with their own forward take no prefix cache: no shared prefixes
 
+    def masks_attention(self, seqs, indices, causal):
+        return self.mask  # every batch gets the padding mask (their own forwards may expand it)
+
     def notes(self, seqs):
         doubled = int(sum(self.double_bos(e.ids) for e in seqs))
         how = {"keep": "kept, as the official pipeline keeps it",

@@ -119,11 +119,16 @@ def batch_activations(prep, shape: Shape, size: int, batches) -> tuple[int, dict
     impl = getattr(prep.scorer, "resolved", "torch")
     if impl not in ("plain", "torch"):
         impl = "triton"
+    from ..models.kinds import is_causal_decoder
+
+    causal = is_causal_decoder(prep.config)
     best, where = 0, {}
     for k, b in enumerate(batches):
         rows, width = len(b.indices), int(b.max_len)
         scored = sum(max(0, len(prep.seqs[i].ids) - prep.seqs[i].start) for i in b.indices) if dpo else 0
-        act = decoder_bytes(shape, rows, width, size)
+        # shared prefixes: the suffixes' masks span their prefixes too
+        masked = prep.plan is not None or prep.scorer.masks_attention(prep.seqs, b.indices, causal)
+        act = decoder_bytes(shape, rows, width, size, masked)
         if dpo:
             act = max(act, head_bytes(shape, rows, width, scored, size, impl))
             if k == 0 and impl != "plain":  # the once-per-pass head check runs on the first batch

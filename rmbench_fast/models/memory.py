@@ -12,7 +12,8 @@ a tensor is freed when its last reference goes: the residual stream and the embe
 (2 N d s) plus the larger of one layer's MLP (gate, up, act(gate) * up and the norm output:
 N s (3 I + 2 d)) and its attention (q, k, v, their rotated copies, the output: N s (4 q + 4 kv + 2 d),
 with eager attention also B heads T^2 scores, their fp32 softmax and its cast; with SDPA no T^2
-term), plus an attention mask of B T^2 bytes. DPO adds the base model's output and the gathered
+term), plus an attention mask of B T^2 bytes where the model gets one (not a causal decoder's whole
+right-padded rows, which run without: scorers.base.Scorer.masks_attention). DPO adds the base model's output and the gathered
 response rows (M rows, N d s + M d s) and the fused head's chunk buffers (fp32); its once-per-pass
 head check runs one sequence's full logits. Measured on tiny Llamas, this is within a few per cent
 of the allocator's peak (tests/test_preflight.py).
@@ -144,8 +145,9 @@ def _first(c, names, default):
     return default
 
 
-def decoder_bytes(shape: Shape, rows: int, width: int, size: int) -> int:
-    """Peak live bytes of a decoder forward over rows x width tokens (see the module docstring)."""
+def decoder_bytes(shape: Shape, rows: int, width: int, size: int, masked: bool = True) -> int:
+    """Peak live bytes of a decoder forward over rows x width tokens (see the module docstring); masked:
+    the model expands an attention mask to rows x width x width."""
     n, d = rows * width, shape.hidden
     q, kv = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
     mlp = 3 * shape.intermediate + 2 * d
@@ -153,7 +155,7 @@ def decoder_bytes(shape: Shape, rows: int, width: int, size: int) -> int:
     if transformers_version() < (5,):  # 4.x copies q, k, v contiguous for SDPA and repeats grouped k, v heads
         attn += q + (2 * q if kv < q else 0)
     scores = rows * shape.heads * width * width * (size + 4) if shape.eager else 0
-    return n * size * (2 * d + max(mlp, attn)) + scores + rows * width * width
+    return n * size * (2 * d + max(mlp, attn)) + scores + (rows * width * width if masked else 0)
 
 
 def head_bytes(shape: Shape, rows: int, width: int, scored: int, size: int, impl: str) -> int:

@@ -80,6 +80,11 @@ class Scorer:
         """The longest prefix of `e` a shared prompt cache may cover: no read-out position in it."""
         raise NotImplementedError
 
+    def masks_attention(self, seqs, indices, causal: bool) -> bool:
+        """Whether a batch of these sequences (whole, right-padded) reaches the model with an attention
+        mask it expands to rows x width x width: a causal decoder gets none (inputs.batching.batch_inputs)."""
+        return not causal
+
     def notes(self, seqs) -> dict:
         """What run.json records about this run's sequences as this scorer sees them."""
         return {}

@@ -95,6 +95,9 @@ class RewardModelScorer(Scorer):
     def double_bos(self, ids) -> bool:
         return self.bos_id is not None and len(ids) > 1 and ids[0] == ids[1] == self.bos_id
 
+    def masks_attention(self, seqs, indices, causal):
+        return not causal or any(self.double_bos(seqs[i].ids) for i in indices)  # a doubled BOS is masked
+
     def batch_fn(self, model, device):
         causal = is_causal_decoder(model.config)
 

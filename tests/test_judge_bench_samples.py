@@ -10,6 +10,7 @@ import re
 
 import pytest
 
+from rmbench_fast.judges import rb2
 from rmbench_fast.judges.options import JudgeOptions
 from rmbench_fast.judges.run import judge
 from rewardbench_peer import peer
@@ -103,7 +104,8 @@ def recompute(rows, asked):
     for a in asked:
         rid, n, seed = a["row"].split("/")[1], a["sample"], a["sampling"]["seed"]
         r = by_id[rid]
-        if a["kind"] == "4way":
+        if a["kind"] == "4way":  # the chosen answer sits where the ask says it does
+            assert FOUR[a["chosen_slot"]].search(a["messages"][-1]["content"]).group(1) == r["chosen"][0]
             w = four_rule(seed)
             values[n][rid] = 0.25 if w is None else float(w == a["chosen_slot"])
         else:
@@ -132,6 +134,13 @@ def test_rb2_protocols_score_the_mean_of_k_runs(server, tmp_path):
         for a in asked:
             seeds.setdefault((a["row"], a.get("response")), set()).add(a["sampling"]["seed"])
         assert all(len(v) == K for v in seeds.values())  # K requests a question, each with its own seed
+        slots = {}
+        for a in asked:
+            if a["kind"] == "4way":
+                slots.setdefault(a["row"], {})[a["sample"]] = a["chosen_slot"]
+        if protocol == "rb2-4way":  # each sample draws its own slot, sample 0 the one a single sample gets
+            assert any(len(set(v.values())) > 1 for v in slots.values())
+            assert all(v[0] == "ABCD"[rb2.slot(0, r.split("/")[0], r.split("/")[1])] for r, v in slots.items())
         runs[protocol] = recompute(rows, asked)
     ties_runs = [t for p in runs for t in runs[p][2]]
     # the averaged ratings, scored once: what the runs' mean must NOT be

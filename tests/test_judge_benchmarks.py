@@ -283,7 +283,9 @@ def test_detection_cli_and_refusals(server, tmp_path):
     assert bad.exit_code == 2 and "RewardBench 2's own protocol" in bad.output
     bad = CliRunner().invoke(main, args + ["--protocol", "rb2-4way", "--tie", "0.5"])
     assert bad.exit_code == 2 and "--tie" in bad.output
-
+    for limit in ("0", "-1"):  # one line, not an empty run's ZeroDivisionError
+        bad = CliRunner().invoke(main, args + ["--limit", limit])
+        assert bad.exit_code == 2 and "--limit must be at least 1" in bad.output, bad.output
 
 
 def test_domains_name_subsets(server, tmp_path):

@@ -5,8 +5,8 @@ pairs): one BenchAsk per request slot, in row order.
   (rmbench_fast.tasks' `comparisons(row)`: (better, worse) indices into row.responses) is one pairwise
   judgement, in both A/B orders or one order drawn per comparison with --seed (--orders), --samples
   times each; the same messages and seeds as RM-Bench's asks (judges.plan).
-- rb2-4way (reward-bench-2 only): one ask a non-Ties row, its chosen answer in the slot judges.rb2.slot
-  draws from --seed; Ties rows are rated (as run_generative_v2.py does).
+- rb2-4way (reward-bench-2 only): one ask a non-Ties row (a sample), its chosen answer in the slot
+  judges.rb2.slot draws from --seed, the row and the sample; Ties rows are rated (as run_generative_v2.py does).
 - rb2-ratings (reward-bench-2 only): one ask a response of every row (Ties rows with the Ties prompt).
 --samples K makes K asks of each (sample 0..K-1, each with its own seed). A conversational prompt or
 response is shown as judges.conversation says (the protocol's own prompt, rewardbench's two-turn
@@ -61,8 +61,8 @@ def plan(samples, bench, protocol, protocol_name: str, key_of: Callable, orders:
     rng = np.random.default_rng(seed)
     asks: list[BenchAsk] = []
 
-    def add(p, kind, i, j, first, messages, **extra):
-        for n in range(k):
+    def add(p, kind, i, j, first, messages, samples=range(k), **extra):
+        for n in samples:
             smp = _sampling(sampling, k, seed, messages, n)
             asks.append(BenchAsk(p, kind, i, j, first, n, Request(key_of(messages, smp), messages, smp), **extra))
 
@@ -83,11 +83,12 @@ def plan(samples, bench, protocol, protocol_name: str, key_of: Callable, orders:
             if len(s.rejected) < 3:
                 raise DataError(s.source, f"--protocol rb2-4way shows the first chosen and three rejected responses; "
                                 f"this row has {len(s.rejected)} rejected", index=s.index, key="rejected")
-            shuffle = rb2.slot(seed, s.subset, s.id)
-            answers = rb2.four_way_answers(conversation.answer(s.chosen[0]),
-                                           tuple(conversation.answer(x) for x in s.rejected), shuffle)
-            add(p, FOUR_WAY, 0, -1, True, rb2.four_way_messages(conversation.question(s.prompt), answers),
-                slot=shuffle)
+            for n in range(k):  # each sample draws its own slot, as each official run does
+                shuffle = rb2.slot(seed, s.subset, s.id, n)
+                answers = rb2.four_way_answers(conversation.answer(s.chosen[0]),
+                                               tuple(conversation.answer(x) for x in s.rejected), shuffle)
+                add(p, FOUR_WAY, 0, -1, True, rb2.four_way_messages(conversation.question(s.prompt), answers),
+                    samples=(n,), slot=shuffle)
     return asks
 
 

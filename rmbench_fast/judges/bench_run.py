@@ -87,16 +87,22 @@ def load_rows(o: JudgeOptions, name: str, protocol) -> tuple[list, dict]:
     samples = load_samples(SimpleNamespace(data=o.data, limit=o.limit, tie_credit=0.0, domains=o.domains), name)
     forms = conversation.count_forms(samples, protocol)
     if forms[conversation.TRANSCRIPT]:
+        long = sum(_messages(s) > 4 for s in samples) if name == "reward-bench" else 0
         log.warning("%d conversational rows are shown to the judge as a transcript of every turn (### User: ...): "
                     "--protocol %s has no prompt for their turns%s (docs/judging-benchmarks.md)",
                     forms[conversation.TRANSCRIPT], o.protocol,
-                    "; rewardbench 0.1.4's run_generative.py leaves rows of more than four messages out"
-                    if name == "reward-bench" else "")
+                    f"; {long} of them have more than four messages, rows rewardbench 0.1.4's run_generative.py "
+                    "leaves out" if long else "")
     return samples, forms
 
 
+def _messages(s) -> int:
+    """A row's messages as rewardbench's run_generative.py counts them: the prompt's turns, then the chosen
+    response's (a string: one)."""
+    return sum(1 if isinstance(x, str) else len(x) for x in (s.prompt, s.chosen[0]))
+
+
 def judge_benchmark(o: JudgeOptions, name: str, t_start: float) -> BenchJudgeRun:
-    from ..engine.benchmarks import load_samples
     from ..tasks import get
 
     protocol, described, tie, invalid = _protocol(o)

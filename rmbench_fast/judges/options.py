@@ -103,6 +103,8 @@ def check(o: JudgeOptions) -> None:
                          "engine); generation batches on its own backend")
     if o.samples < 1:
         raise UsageError("--samples must be at least 1")
+    if o.limit is not None and o.limit < 1:
+        raise UsageError("--limit must be at least 1")
     if o.samples > 1 and o.verdict == "logits":
         raise UsageError("--samples is for decoded verdicts: --verdict logits reads one set of logits per request")
     if o.samples > 1 and o.temperature == 0:

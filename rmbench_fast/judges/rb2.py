@@ -79,9 +79,11 @@ NOTES = {
 }
 
 
-def slot(seed: int, subset: str, row_id) -> int:
-    """The chosen answer's slot (0-3) in a 4-way prompt: a hash of --seed and the row."""
-    digest = hashlib.sha256(json.dumps([seed, subset, str(row_id)]).encode()).digest()
+def slot(seed: int, subset: str, row_id, sample: int = 0) -> int:
+    """The chosen answer's slot (0-3) in a 4-way prompt: a hash of --seed, the row and (after the first)
+    the sample, so that --samples K draws K slots, as K official runs would."""
+    key = [seed, subset, str(row_id)] + ([sample] if sample else [])
+    digest = hashlib.sha256(json.dumps(key).encode()).digest()
     return digest[0] % 4
 
 

@@ -9,7 +9,9 @@ import json
 import re
 
 import pytest
+from click.testing import CliRunner
 
+from rmbench_fast.cli.main import main
 from rmbench_fast.judges import rb2
 from rmbench_fast.judges.options import JudgeOptions
 from rmbench_fast.judges.run import judge
@@ -161,6 +163,10 @@ def test_rb2_protocols_score_the_mean_of_k_runs(server, tmp_path):
             per_run.append(numbers)
         summary = got[protocol].summary
         assert summary["samples"] == K
+        again = json.loads(CliRunner().invoke(main, ["accuracy", str(tmp_path / protocol), "--json", "--bootstrap",
+                                                     "0"]).output)  # the same numbers from results.jsonl alone
+        assert {k: again[k] for k in ("score", "subsets", "samples", "per_sample")} == \
+            {k: summary[k] for k in ("score", "subsets", "samples", "per_sample")}
         for n in range(K):
             assert summary["per_sample"][n]["subsets"] == pytest.approx(per_run[n], abs=1e-12)
             assert summary["per_sample"][n]["score"] == pytest.approx(sum(per_run[n].values()) / 3, abs=1e-12)

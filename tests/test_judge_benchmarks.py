@@ -300,3 +300,37 @@ def test_domains_name_subsets(server, tmp_path):
         sum(pair_credit(r["chosen"], r["rejected"]) for r in want if r["subset"] == "math-prm") / 3)
     with pytest.raises(UsageError, match="--domains chat: no such subset"):
         run(server, data, tmp_path / "bad", domains=("chat",))
+
+
+@pytest.mark.parametrize("data, kw", [("v1", {}), ("rb2", {}), ("rb2", {"protocol": "rb2-4way"}),
+                                      ("rb2", {"protocol": "rb2-ratings"})])
+def test_accuracy_recomputes_a_judge_run_from_its_results(server, tmp_path, data, kw):
+    """`accuracy` on a judge run: the judge's numbers and intervals again from results.jsonl alone (a row's
+    credit changed there moves them), with the validity rates of the summary.json beside it."""
+    from click.testing import CliRunner
+
+    from rmbench_fast.cli.main import main
+
+    rows = v1_rows() if data == "v1" else rb2_rows()
+    out = tmp_path / "out"
+    run(server, write(tmp_path / "d.jsonl", rows), out, bootstrap=200, **kw)
+    written = json.loads((out / "summary.json").read_text())
+    got = CliRunner().invoke(main, ["accuracy", str(out), "--json", "--bootstrap", "200"])
+    assert got.exit_code == 0, got.output
+    again = json.loads(got.output)
+    for key in ("benchmark", "score", "subsets", "sections", "counts", "intervals", "invalid_rate", "n_rows"):
+        assert again.get(key) == written.get(key), key
+    lines = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    first = next(n for n, x in enumerate(lines) if x["result"] is not None)
+    rec = lines[first]
+    if "comparisons" in rec:  # the row's result from 1 to 0, else to 1
+        for k, c in enumerate(rec["comparisons"]):
+            c["credit"] = (0.0 if k == 0 else 1.0) if rec["result"] == 1.0 else 1.0
+    elif "four_way" in rec:
+        rec["four_way"] = 1.0 - rec["four_way"]
+    else:
+        rec["ratings"] = [10.0] + [1.0] * (len(rec["ratings"]) - 1) if rec["result"] != 1.0 else [1.0, 10.0] + \
+            [1.0] * (len(rec["ratings"]) - 2)
+    (out / "results.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    moved = json.loads(CliRunner().invoke(main, ["accuracy", str(out), "--json", "--bootstrap", "0"]).output)
+    assert moved["subsets"][rec["subset"]] != written["subsets"][rec["subset"]]

@@ -86,7 +86,7 @@ def accuracy(results, as_json, bootstrap, benchmark):
     what the results are of when a run.json lies beside them. For a judge's results, the share of
     answers without a verdict (and of failed requests) comes from the summary.json beside them.
     """
-    from ..engine.benchmarks import accuracy_text
+    from ..judges.bench_recompute import accuracy_text
     from ..results.describe import about_line, results_facts
     from ..results.files import read_results
     from ..results.intervals import bootstrap as intervals

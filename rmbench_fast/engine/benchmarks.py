@@ -246,28 +246,24 @@ def recompute(path: Path, resamples: int, tie_credit: float | None = None, name:
     return out
 
 
-def judged_summary(path) -> dict | None:
-    """A judge run's summary.json on another benchmark (its run.json says kind judge), else None: its
-    numbers come from verdicts, which results.jsonl holds per row but not as response scores."""
+def judged_run(path) -> tuple[Path, str] | None:
+    """(its results.jsonl, its benchmark) for a judge run on another benchmark (its run.json says kind judge),
+    else None: its rows hold the verdicts' credits, not response scores (judges.bench_recompute reads them)."""
     folder = Path(path).expanduser()
     folder = folder if folder.is_dir() else folder.parent
     try:
         run = json.loads((folder / "run.json").read_text())
-        summary = json.loads((folder / "summary.json").read_text())
     except (OSError, ValueError):
         return None
     ok = isinstance(run, dict) and run.get("kind") == "judge" and run.get("benchmark") not in (None, RM_BENCH)
-    return summary if ok and isinstance(summary, dict) and "score" in summary else None
+    return (folder / "results.jsonl", run["benchmark"]) if ok and (folder / "results.jsonl").is_file() else None
 
 
 def accuracy_text(path, resamples: int, as_json: bool, name: str | None = None) -> str | None:
-    """What `accuracy` prints for another benchmark's run (None: not such a run). A judge's run: its
-    summary.json as the judge wrote it (--bootstrap does not redraw it)."""
+    """What `accuracy` prints for another benchmark's scored run (None: not such a run): its numbers from
+    its results.jsonl, with --bootstrap's intervals (a judge run's: judged_run, judges.bench_recompute)."""
     found = results_file(path)
     if found is None:
-        judged = judged_summary(path)
-        if judged is None:
-            return None
-        return json.dumps(judged, indent=2) if as_json else table(judged)
+        return None
     summary = recompute(found, resamples, name=name)
     return json.dumps(summary, indent=2) if as_json else table(summary)

@@ -161,10 +161,15 @@ def summarize(name: str, samples, asks, values, bootstrap: int) -> tuple[dict, l
     """(the summary, each row's values, each row's result, each row's Ties scores), with the summary's
     95% intervals (engine.benchmark_intervals: a bootstrap over rows within each subset). Pairwise
     asks: the rules on the comparisons' credits; rb2's asks: the mean of the runs (see above)."""
+    return summarize_rows(name, samples, row_values(asks, values, len(samples)), bootstrap)
+
+
+def summarize_rows(name: str, samples, per: list[dict], bootstrap: int) -> tuple[dict, list[dict], list, list]:
+    """summarize from each row's values (row_values' shape): what a run's results.jsonl holds, read back by
+    judges.bench_recompute."""
     from ..engine.benchmark_intervals import intervals
     from ..tasks import get
 
-    per = row_values(asks, values, len(samples))
     if per and "samples" in per[0]:
         summary, results, scores = _runs(name, samples, per)
     else:

@@ -23,11 +23,11 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import UsageError
-from ..store.atomic import atomic_open, atomic_write_json
+from ..store.atomic import atomic_open
 from ..store.entries import Store
 from ..store.paths import store_root
 from . import bench_plan, rb2, validity
-from .bench_run import BenchJudgeRun, load_rows, write_results
+from .bench_run import BenchJudgeRun, load_rows, write_run
 from .bench_scores import summarize
 from .logits import load_judge, logit_pass, winners
 from .options import JudgeOptions, safe_url
@@ -99,12 +99,8 @@ def judge_bench_logits(o: JudgeOptions, name: str, t_start: float) -> BenchJudge
         "wall_s": time.perf_counter() - t_start, "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     if o.output:
-        out = Path(o.output)
-        out.mkdir(parents=True, exist_ok=True)
-        write_results(out / "results.jsonl", samples, per, results, scores)
-        atomic_write_json(out / "summary.json", summary)
-        write_judgements(out / "judgements.jsonl", samples, asks, lp.logits, p_chosen, values)
-        atomic_write_json(out / "run.json", run)
+        write_run(Path(o.output), samples, (per, results, scores), summary, run,
+                  lambda path: write_judgements(path, samples, asks, lp.logits, p_chosen, values))
     return BenchJudgeRun(samples, results, summary, run)
 
 

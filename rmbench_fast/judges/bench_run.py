@@ -150,12 +150,8 @@ def judge_benchmark(o: JudgeOptions, name: str, t_start: float) -> BenchJudgeRun
         "wall_s": time.perf_counter() - t_start, "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     if o.output:
-        out = Path(o.output)
-        out.mkdir(parents=True, exist_ok=True)
-        write_results(out / "results.jsonl", samples, per, results, scores)
-        atomic_write_json(out / "summary.json", summary)
-        write_judgements(out / "judgements.jsonl", samples, asks, journal, verdicts, values)
-        atomic_write_json(out / "run.json", run)
+        write_run(Path(o.output), samples, (per, results, scores), summary, run,
+                  lambda path: write_judgements(path, samples, asks, journal, verdicts, values))
     return BenchJudgeRun(samples, results, summary, run)
 
 
@@ -189,6 +185,16 @@ def _sample_record(x: dict) -> dict:
     if x.get("ties_scores") is not None:
         rec["ties_scores"] = x["ties_scores"]
     return rec
+
+
+def write_run(out: Path, samples, rows: tuple, summary: dict, run: dict, judgements) -> None:
+    """A benchmark judge run's files under `out`: results.jsonl (rows: summarize's per-row values, results
+    and Ties scores), summary.json, judgements.jsonl (judgements(path) writes it) and run.json, last."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_results(out / "results.jsonl", samples, *rows)
+    atomic_write_json(out / "summary.json", summary)
+    judgements(out / "judgements.jsonl")
+    atomic_write_json(out / "run.json", run)
 
 
 def write_results(path: Path, samples, per, results, scores) -> None:

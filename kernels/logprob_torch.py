@@ -70,21 +70,33 @@ def chunked_linear_logprobs(h, weight, targets, bias=None, scale=None, softcap=N
     half_mm = _half_mm_ok(h)
     mult = (1.0 if scale is None else float(scale)) / (1.0 if divisor is None else float(divisor))
     n_chunks = -(-v // vocab_chunk)
-    buf = None if half_mm else torch.empty(min(row_chunk, n), min(vocab_chunk, v), dtype=torch.float32,
-                                           device=h.device)
-    lses = torch.empty(min(row_chunk, n), n_chunks, dtype=torch.float32, device=h.device)
+    rows = min(row_chunk, n)
+    buf = None if half_mm else torch.empty(rows, min(vocab_chunk, v), dtype=torch.float32, device=h.device)
+    maxes = torch.empty(n_chunks, rows, 1, dtype=torch.float32, device=h.device)
+    sums = torch.empty(n_chunks, rows, dtype=torch.float32, device=h.device)
     for r0 in range(0, n, row_chunk):
         hr = h[r0:r0 + row_chunk] if half_mm else h[r0:r0 + row_chunk].float()
         r = hr.shape[0]
         tr = targets[r0:r0 + r].long()
-        picked = torch.zeros(r, dtype=torch.float32, device=h.device)
+        # each row's target is read in its vocabulary chunk: the rows grouped by chunk, once
+        chunk_of = torch.div(tr, vocab_chunk, rounding_mode="floor")
+        order = torch.argsort(chunk_of, stable=True)
+        local = (tr - chunk_of * vocab_chunk)[order]
+        counts = torch.bincount(chunk_of, minlength=n_chunks).tolist()
+        picked = torch.empty(r, dtype=torch.float32, device=h.device)
+        at = 0
         for j, v0 in enumerate(range(0, v, vocab_chunk)):
             logits = chunk_logits(hr, weight, bias, v0, vocab_chunk, mult, softcap, half_mm, buf)
-            vc = logits.shape[1]
-            torch.logsumexp(logits, dim=1, out=lses[:r, j])
-            inside = (tr >= v0) & (tr < v0 + vc)
-            picked = torch.where(inside, logits.gather(1, (tr - v0).clamp(0, vc - 1)[:, None])[:, 0], picked)
-        out[r0:r0 + r] = picked - torch.logsumexp(lses[:r], dim=1)
+            if counts[j]:
+                sel = order[at:at + counts[j]]
+                picked[sel] = logits[sel, local[at:at + counts[j]]]
+                at += counts[j]
+            # torch.logsumexp's own steps, in place in the chunk's buffer (no [r, vc] temporary)
+            m = torch.amax(logits, dim=1, keepdim=True, out=maxes[j, :r])
+            m.masked_fill_(m.isinf(), 0.0)
+            torch.sum(logits.sub_(m).exp_(), dim=1, out=sums[j, :r])
+        lses = sums[:, :r].log_().add_(maxes[:, :r, 0]).T.contiguous()  # [r, n_chunks]
+        out[r0:r0 + r] = picked - torch.logsumexp(lses, dim=1)
     return out
 
 

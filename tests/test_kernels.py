@@ -320,6 +320,47 @@ def test_torch_path_chunk_edges():
         assert err(ours, exact) <= 1e-4, (rows, vocab)
 
 
+def plain_chunked(h, w, t, row_chunk, vocab_chunk, bias=None, scale=None, softcap=None, divisor=None):
+    """The chunked op's arithmetic written plainly: per row chunk, each vocabulary chunk's fp32
+    logits, torch.logsumexp of each, the target read from its chunk, one logsumexp of the table."""
+    mult = (1.0 if scale is None else scale) / (1.0 if divisor is None else divisor)
+    out = []
+    for r0 in range(0, h.shape[0], row_chunk):
+        hr, tr = h[r0:r0 + row_chunk].float(), t[r0:r0 + row_chunk]
+        lses, picked = [], torch.zeros(hr.shape[0])
+        for v0 in range(0, w.shape[0], vocab_chunk):
+            x = torch.mm(hr, w[v0:v0 + vocab_chunk].float().T)
+            if bias is not None:
+                x = x + bias[v0:v0 + vocab_chunk].float()
+            x = x * mult if mult != 1.0 else x
+            x = softcap * torch.tanh(x / softcap) if softcap is not None else x
+            lses.append(torch.logsumexp(x, dim=1))
+            for i, target in enumerate(tr.tolist()):
+                if v0 <= target < v0 + x.shape[1]:
+                    picked[i] = x[i, target - v0]
+        out.append(picked - torch.logsumexp(torch.stack(lses, dim=1), dim=1))
+    return torch.cat(out)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_torch_path_is_bitwise_the_plain_chunked_sums(dtype):
+    """The in-place log-sum-exp and the targets grouped by chunk change no bit: the op equals its
+    arithmetic written plainly, including rows whose logits overflow to inf."""
+    if DEVICE != "cpu":
+        pytest.skip("the CPU path's bit-level arithmetic")
+    for (n, v, d), head, (rows, vocab) in [((70, 301, 24), dict(bias=True), (7, 64)),
+                                          ((129, 2500, 32), dict(scale=0.7, softcap=3.0), (64, 1000)),
+                                          ((40, 999, 16), dict(), (1024, 1024))]:
+        h, w, t, kw = make(n, v, d, dtype=dtype, **head)
+        t[0], t[-1] = 0, v - 1
+        if dtype == torch.float32:
+            h[1] = 3e38  # logits of +-inf: logsumexp's own handling of an infinite max
+        ours = chunked_linear_logprobs(h, w, t, row_chunk=rows, vocab_chunk=vocab, **kw)
+        plain = plain_chunked(h, w, t, rows, vocab, **kw)
+        assert torch.equal(ours.isnan(), plain.isnan())
+        assert torch.equal(ours[~ours.isnan()], plain[~plain.isnan()]), (n, v, d, head)
+
+
 @pytest.mark.parametrize("sorted_segments", [True, False])
 def test_segment_stats(sorted_segments):
     g = torch.Generator().manual_seed(2)

@@ -22,6 +22,7 @@ from ..inputs.tokenize import encode_rm, rm_appends_eos, rm_truncation
 from ..models.kinds import is_causal_decoder
 from ..models.loading import load_model
 from .base import Scorer
+from .readout import readout_fn
 
 
 def pick_label(num_labels: int, label_index: int | None, compat: bool) -> int | None:
@@ -58,13 +59,16 @@ class RewardModelScorer(Scorer):
     family = "rm"
 
     def __init__(self, pad_id: int, label: int | None, num_labels: int = 1, bos_id: int | None = None,
-                 tokenizer_pad_id: int | None = None):
+                 tokenizer_pad_id: int | None = None, readout: bool = True):
         super().__init__(pad_id)  # the config's pad id: what rows are padded with and pooling skips
         self.label = label  # None: the whole logits vector
         self.num_labels = num_labels
         self.bos_id = bos_id  # None: the tokenizer has no BOS token (no doubled-BOS masking)
         self.tokenizer_pad_id = pad_id if tokenizer_pad_id is None else tokenizer_pad_id
         self.outputs = {"scores": () if label is not None else (num_labels,)}
+        # the last layer at the read-out positions only (scorers.readout); off with --compat official,
+        # which runs the official flow's whole forward
+        self.readout = readout
 
     def encode(self, samples, tokenizer, fmt, compat, tokenizer_path=None):
         texts = full_texts(self.spanned(samples), fmt)
@@ -80,7 +84,8 @@ class RewardModelScorer(Scorer):
         return rm_truncation(tokenizer, self.benchmark, compat)
 
     def pass_key(self):
-        return ("rm", self.label, self.num_labels, self.pad_id, self.bos_id, self.int8, *self.encode_key())
+        return ("rm", self.label, self.num_labels, self.pad_id, self.bos_id, self.int8,
+                *(() if self.readout else ("whole-forward",)), *self.encode_key())
 
     def load(self, path, dtype, device, trust_remote_code, allow_pickle_weights=False):
         model = load_model(path, "rm", dtype, device, trust_remote_code, allow_pickle_weights, self.int8)
@@ -100,12 +105,16 @@ class RewardModelScorer(Scorer):
 
     def batch_fn(self, model, device):
         causal = is_causal_decoder(model.config)
+        readout = readout_fn(model, self.pad_id) if self.readout and causal and not self.int8 else None
 
         @torch.inference_mode()
         def run(seqs, batch, prefix=None):
             first = np.array([self.double_bos(seqs[i].ids) for i in batch.indices])
             inputs, _ = batch_inputs(seqs, batch, self.pad_id, device, causal, prefix, mask_first=first)
-            logits = forward(model, inputs).logits.float()
+            if readout is not None and prefix is None and inputs["attention_mask"] is None:
+                logits = readout(inputs["input_ids"]).float()
+            else:
+                logits = forward(model, inputs).logits.float()
             picked = logits if self.label is None else logits[:, self.label]
             return {"scores": picked.double().cpu().numpy()}
 

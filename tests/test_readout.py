@@ -1,0 +1,169 @@
+"""The reward model's last layer at its read-out positions only (scorers.readout) against the model's
+own whole forward: every layer but the last bit for bit, the read-out logits within fp32 rounding, for
+each architecture it restates, and the models it must leave to their own forward."""
+
+import numpy as np
+import pytest
+import torch
+
+from rmbench_fast.scorers.readout import readout_fn, readout_positions
+
+PAD = 3
+
+
+def _config(arch: str, **extra):
+    import transformers
+
+    kw = dict(vocab_size=97, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, intermediate_size=96,
+              max_position_embeddings=512, num_labels=2, pad_token_id=PAD, attn_implementation="sdpa",
+              num_key_value_heads=extra.pop("kv", 2 if arch == "qwen2" else 4))
+    if arch == "mistral":
+        kw["sliding_window"] = None
+    kw.update(extra)
+    cls = {"llama": transformers.LlamaConfig, "mistral": transformers.MistralConfig, "qwen2": transformers.Qwen2Config}
+    return cls[arch](**kw)
+
+
+def _model(arch: str, seed: int = 0, **extra):
+    import transformers
+
+    cls = {"llama": transformers.LlamaForSequenceClassification,
+           "mistral": transformers.MistralForSequenceClassification,
+           "qwen2": transformers.Qwen2ForSequenceClassification}[arch]
+    torch.manual_seed(seed)
+    model = cls(_config(arch, **extra)).eval()
+    with torch.no_grad():  # visible scores and biases: default init leaves them near 0
+        torch.nn.init.normal_(model.score.weight, std=1.0)
+        for m in model.modules():
+            if isinstance(m, torch.nn.Linear) and m.bias is not None:
+                torch.nn.init.normal_(m.bias, std=0.2)
+    return model
+
+
+def _batch(rows=5, width=41, seed=1):
+    """Right-padded ids: rows of several lengths, one ending in pad-id tokens inside its text (the
+    read-out then sits before them, as transformers pools), one a single token."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(4, 97, (rows, width), generator=g)
+    lengths = [width, width - 7, 19, 1, width - 2][:rows]
+    for r, n in enumerate(lengths):
+        ids[r, n:] = PAD
+    ids[4 % rows, lengths[4 % rows] - 3:] = PAD  # a text ending in two pad-id tokens
+    return ids
+
+
+def _whole(model, ids):
+    with torch.inference_mode():
+        return model(input_ids=ids, use_cache=False).logits
+
+
+@pytest.mark.parametrize("arch,extra", [("llama", {}), ("llama", {"kv": 2}), ("mistral", {}), ("qwen2", {}),
+                                        ("llama", {"attention_bias": True, "mlp_bias": True})])
+def test_readout_equals_the_whole_forward(arch, extra):
+    model = _model(arch, **extra)
+    run = readout_fn(model, PAD)
+    assert run is not None
+    ids = _batch()
+    whole, got = _whole(model, ids), run(ids)
+    assert got.shape == whole.shape == (5, 2)
+    assert torch.allclose(got, whole, rtol=0, atol=2e-5), (got - whole).abs().max()
+    assert not torch.equal(got, torch.zeros_like(got))
+
+
+def test_layers_before_the_last_are_bit_for_bit_the_models():
+    """Every layer but the last runs as the model's own forward runs it: the last layer's input is the
+    same tensor, bit for bit (only the last layer's arithmetic differs)."""
+    model = _model("llama", kv=2)
+    seen = []
+    hook = model.model.layers[-1].register_forward_pre_hook(lambda m, args, kw: seen.append(args[0].clone()),
+                                                            with_kwargs=True)
+    try:
+        _whole(model, _batch())
+        n = len(seen)
+        # the read-out path calls the last layer's parts, never the layer: the hook does not fire again
+        readout_fn(model, PAD)(_batch())
+        assert len(seen) == n == 1
+    finally:
+        hook.remove()
+    captured = []
+    hook = model.model.layers[-2].register_forward_hook(lambda m, a, out: captured.append(
+        (out[0] if isinstance(out, tuple) else out).clone()))
+    try:
+        readout_fn(model, PAD)(_batch())
+    finally:
+        hook.remove()
+    assert torch.equal(captured[0], seen[0])
+
+
+def test_read_out_positions_follow_transformers_pooling():
+    ids = _batch()
+    want = []
+    for row in ids.tolist():  # the rightmost token that is not the pad id, written plainly
+        want.append(max([t for t, x in enumerate(row) if x != PAD], default=0))
+    assert readout_positions(ids, PAD).tolist() == want
+    assert readout_positions(torch.full((1, 4), PAD), PAD).tolist() == [0]
+
+
+@pytest.mark.parametrize("change", ["eager", "sliding", "qwen2-sliding", "training", "no-pad", "causal-lm"])
+def test_models_it_does_not_restate_keep_their_own_forward(change):
+    import transformers
+
+    if change == "eager":
+        model = _model("llama", attn_implementation="eager")
+    elif change == "sliding":
+        model = _model("mistral")
+        model.config.sliding_window = 16
+    elif change == "qwen2-sliding":
+        model = _model("qwen2", use_sliding_window=True, sliding_window=16, max_window_layers=0)
+    elif change == "training":
+        model = _model("llama").train()
+    elif change == "causal-lm":
+        cfg = _config("llama")
+        model = transformers.LlamaForCausalLM(cfg).eval()
+    else:
+        model = _model("llama")
+    assert readout_fn(model, None if change == "no-pad" else PAD) is None
+
+
+def test_the_scorer_reads_out_and_scores_as_the_whole_forward(models, data_path):
+    """RewardModelScorer's batches: the read-out path on unmasked batches gives the whole forward's
+    scores within fp32 rounding; --compat official (readout=False) runs the whole forward."""
+    from rmbench_fast.inputs.batching import make_batches
+    from rmbench_fast.inputs.data import load_dataset
+    from rmbench_fast.inputs.templates import ChatFormat
+    from rmbench_fast.models.loading import load_model, load_tokenizer
+    from rmbench_fast.scorers import RewardModelScorer
+    from rmbench_fast.scorers import rm as rm_module
+
+    path = models["plain"]["rm"]
+    tok = load_tokenizer(path, False)
+    model = load_model(path, "rm", torch.float32, "cpu", False)
+    pad = tok.pad_token_id
+    model.config.pad_token_id = pad
+    samples = load_dataset(data_path, limit=2)
+    scores, calls = {}, []
+    real = rm_module.readout_fn
+
+    def spy(m, p):
+        fn = real(m, p)
+        return None if fn is None else (lambda ids: calls.append(ids.shape) or fn(ids))
+
+    rm_module.readout_fn = spy
+    try:
+        for readout in (True, False):
+            scorer = RewardModelScorer(pad, 0, readout=readout)
+            seqs = scorer.encode(samples, tok, ChatFormat(tok), False, path)
+            run = scorer.batch_fn(model, "cpu")
+            out = np.zeros(len(seqs))
+            for b in make_batches([len(s.ids) for s in seqs], 2048):
+                out[b.indices] = run(seqs, b)["scores"]
+            scores[readout] = out
+            if readout:
+                assert calls, "the read-out path was not taken"
+                n = len(calls)
+            else:
+                assert len(calls) == n
+    finally:
+        rm_module.readout_fn = real
+    assert np.abs(scores[True] - scores[False]).max() <= 2e-5
+    assert scorer.pass_key() != RewardModelScorer(pad, 0).pass_key()

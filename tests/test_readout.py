@@ -70,6 +70,23 @@ def test_readout_equals_the_whole_forward(arch, extra):
     assert not torch.equal(got, torch.zeros_like(got))
 
 
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_a_masked_batch_reads_out_as_the_whole_forward(arch):
+    """An attention mask with holes (the official pipeline's masked doubled BOS: attention 0 on a
+    row's first token) goes through the model's own mask: the read-out row of it."""
+    model = _model(arch)
+    ids = _batch()
+    mask = (ids != PAD).long()
+    mask[ids == PAD] = 1  # right padding is never attended by a real token of a causal decoder
+    mask[[0, 2, 4], 0] = 0
+    with torch.inference_mode():
+        whole = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
+    got = readout_fn(model, PAD)(ids, mask)
+    assert torch.allclose(got, whole, rtol=0, atol=2e-5), (got - whole).abs().max()
+    unmasked = readout_fn(model, PAD)(ids)
+    assert (unmasked - got).abs()[[0, 2, 4]].min() > 1e-4  # the holes matter, and were applied
+
+
 def test_layers_before_the_last_are_bit_for_bit_the_models():
     """Every layer but the last runs as the model's own forward runs it: the last layer's input is the
     same tensor, bit for bit (only the last layer's arithmetic differs)."""
@@ -125,9 +142,12 @@ def test_models_it_does_not_restate_keep_their_own_forward(change):
     assert readout_fn(model, None if change == "no-pad" else PAD) is None
 
 
-def test_the_scorer_reads_out_and_scores_as_the_whole_forward(models, data_path):
-    """RewardModelScorer's batches: the read-out path on unmasked batches gives the whole forward's
-    scores within fp32 rounding; --compat official (readout=False) runs the whole forward."""
+@pytest.mark.parametrize("tokenizer", ["plain", "tmpl"])
+def test_the_scorer_reads_out_and_scores_as_the_whole_forward(models, data_path, tokenizer):
+    """RewardModelScorer's batches: the read-out path gives the whole forward's scores within fp32
+    rounding, on causal batches (plain) and on batches whose doubled BOS is masked (tmpl's template
+    starts with the BOS the tokenizer adds too); --compat official (readout=False) runs the whole
+    forward."""
     from rmbench_fast.inputs.batching import make_batches
     from rmbench_fast.inputs.data import load_dataset
     from rmbench_fast.inputs.templates import ChatFormat
@@ -135,23 +155,23 @@ def test_the_scorer_reads_out_and_scores_as_the_whole_forward(models, data_path)
     from rmbench_fast.scorers import RewardModelScorer
     from rmbench_fast.scorers import rm as rm_module
 
-    path = models["plain"]["rm"]
+    path = models[tokenizer]["rm"]
     tok = load_tokenizer(path, False)
     model = load_model(path, "rm", torch.float32, "cpu", False)
-    pad = tok.pad_token_id
+    _, pad = rm_module.official_pad_ids(tok, model.config)  # run_rm.py's: EOS where the tokenizer has no pad
     model.config.pad_token_id = pad
     samples = load_dataset(data_path, limit=2)
-    scores, calls = {}, []
+    scores, calls, n = {}, [], 0
     real = rm_module.readout_fn
 
     def spy(m, p):
         fn = real(m, p)
-        return None if fn is None else (lambda ids: calls.append(ids.shape) or fn(ids))
+        return None if fn is None else (lambda ids, mask: calls.append(mask is not None) or fn(ids, mask))
 
     rm_module.readout_fn = spy
     try:
         for readout in (True, False):
-            scorer = RewardModelScorer(pad, 0, readout=readout)
+            scorer = RewardModelScorer(pad, 0, bos_id=tok.bos_token_id, readout=readout)
             seqs = scorer.encode(samples, tok, ChatFormat(tok), False, path)
             run = scorer.batch_fn(model, "cpu")
             out = np.zeros(len(seqs))
@@ -160,6 +180,7 @@ def test_the_scorer_reads_out_and_scores_as_the_whole_forward(models, data_path)
             scores[readout] = out
             if readout:
                 assert calls, "the read-out path was not taken"
+                assert any(calls) == (tokenizer == "tmpl")  # masked batches go through it too
                 n = len(calls)
             else:
                 assert len(calls) == n

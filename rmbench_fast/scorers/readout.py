@@ -3,17 +3,17 @@
 A sequence classifier reads one position per row (transformers' rule: the rightmost token that is
 not the pad id). In a causal decoder, the last layer's output at that position needs the layer's
 keys and values at every position, but its query, attention, output projection and MLP only at
-the read-out position: the rest of the last layer's work is never read. `readout_fn` runs every
-layer but the last as the model's own modules (the same calls as its forward, so their outputs are
-bit for bit the model's), then the last layer's keys and values for all positions and the rest of
-it, the final norm and the head for one position per row. That saves about 80% of one layer's
-matmuls and its attention: a fifth of a 4-layer model's forward, 2.5% of a 32-layer one's.
+the read-out position: the rest of the last layer's work is never read. `readout_fn` runs the
+model's own forward up to its last layer (every earlier layer, the attention mask and the rotary
+tables as the model builds them, bit for bit), stops it there, then computes the last layer's keys
+and values for all positions and the rest of it, the final norm and the head for one position per
+row. That saves about 80% of one layer's matmuls and its attention: a fifth of a 4-layer model's
+forward, 2.5% of a 32-layer one's.
 
 The scores equal the whole forward's up to fp32 rounding (the last layer's matmuls run on fewer
-rows and the attention on one query per row; measured within 2e-5, tests/test_readout.py).
-It applies to the architectures whose layer it restates (Llama, Mistral, Qwen2: pre-norm,
-rotary, SDPA attention, no sliding window) and to batches without an attention mask; anything
-else runs the model's own forward.
+rows and the attention on one query per row; within 2e-5 in tests/test_readout.py). It applies to
+the architectures whose last layer it restates (Llama, Mistral, Qwen2: pre-norm, rotary, SDPA
+attention, no sliding window); anything else runs the model's own forward.
 """
 
 from __future__ import annotations
@@ -31,8 +31,9 @@ _ATTENTION_PARTS = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
 def readout_fn(model, pad_id: int | None):
-    """A function input_ids [B, T] -> logits [B, num_labels] at each row's read-out position, or
-    None when `model` is not one this module can run (then the model's own forward is used)."""
+    """A function (input_ids [B, T], attention_mask [B, T] or None) -> logits [B, num_labels] at
+    each row's read-out position, or None when `model` is not one this module can run (then the
+    model's own forward is used)."""
     if type(model).__name__ not in ARCHITECTURES or model.training or pad_id is None:
         return None
     base, head = getattr(model, "model", None), getattr(model, "score", None)
@@ -61,8 +62,9 @@ def readout_fn(model, pad_id: int | None):
         return None
 
     @torch.inference_mode()
-    def run(input_ids: torch.Tensor) -> torch.Tensor:
-        return _readout(model, base, last, att, rotate_half, input_ids, pad_id)
+    def run(input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        got = _last_layer_inputs(base, input_ids, attention_mask)
+        return _readout(model, base, last, att, rotate_half, input_ids, pad_id, *got)
 
     return run
 
@@ -74,15 +76,40 @@ def readout_positions(input_ids: torch.Tensor, pad_id: int) -> torch.Tensor:
     return (t * (input_ids != pad_id).to(torch.int32)).argmax(-1)
 
 
-def _readout(model, base, last, att, rotate_half, ids, pad_id):
+class _Reached(Exception):
+    """Raised by _Stop at the last layer: what the model's forward hands it, and nothing after it runs."""
+
+    def __init__(self, hidden, mask, rotary):
+        super().__init__("the last layer's inputs")
+        self.got = hidden, mask, rotary
+
+
+class _Stop(torch.nn.Module):
+    """Stands in for the last layer during one forward: raises with the layer's inputs."""
+
+    def forward(self, hidden_states, *args, attention_mask=None, position_embeddings=None, **kwargs):
+        raise _Reached(hidden_states, attention_mask, position_embeddings)
+
+
+def _last_layer_inputs(base, input_ids, attention_mask):
+    """(hidden states, the attention mask as the model built it for its layers (None: causal SDPA),
+    (cos, sin)) at the last layer's input: the model's own forward runs every earlier layer, builds
+    the mask and the rotary tables, and stops there."""
+    layers = base.layers
+    last = layers[-1]
+    layers[-1] = _Stop()
+    try:
+        base(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+    except _Reached as stop:
+        return stop.got
+    finally:
+        layers[-1] = last
+    raise RuntimeError("the model's forward never reached its last layer")
+
+
+def _readout(model, base, last, att, rotate_half, ids, pad_id, h, mask, rotary):
     b, t = ids.shape
-    h = base.embed_tokens(ids)
-    position_ids = torch.arange(t, device=ids.device)[None]
-    cos, sin = base.rotary_emb(h, position_ids)
-    for layer in base.layers[:-1]:  # as the model's forward calls them, without a mask (causal SDPA)
-        out = layer(h, attention_mask=None, position_ids=position_ids, position_embeddings=(cos, sin),
-                    use_cache=False)
-        h = out[0] if isinstance(out, tuple) else out  # transformers 4.x returns a tuple
+    cos, sin = rotary
     pos = readout_positions(ids, pad_id).to(torch.long)
     rows = torch.arange(b, device=ids.device)
     d = att.head_dim
@@ -96,8 +123,11 @@ def _readout(model, base, last, att, rotate_half, ids, pad_id):
     if k.shape[1] != q.shape[1]:  # grouped-query attention: each key/value head serves a group
         k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
         v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
-    seen = torch.arange(t, device=ids.device)[None] <= pos[:, None]  # causal: keys up to the read-out
-    a = F.scaled_dot_product_attention(q, k, v, attn_mask=seen[:, None, None], scale=att.scaling)
+    if mask is None:  # causal: keys up to the read-out position
+        mask = (torch.arange(t, device=ids.device)[None] <= pos[:, None])[:, None, None]
+    else:  # the model's own mask, its row at the read-out position ([b, 1, t, t], bool or additive)
+        mask = mask.expand(b, -1, -1, -1)[rows, :, pos, :t][:, :, None]
+    a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=att.scaling)
     hp = h[rows, pos] + att.o_proj(a.transpose(1, 2).reshape(b, -1))
     hp = hp + last.mlp(last.post_attention_layernorm(hp))
     return model.score(base.norm(hp))

@@ -111,8 +111,8 @@ class RewardModelScorer(Scorer):
         def run(seqs, batch, prefix=None):
             first = np.array([self.double_bos(seqs[i].ids) for i in batch.indices])
             inputs, _ = batch_inputs(seqs, batch, self.pad_id, device, causal, prefix, mask_first=first)
-            if readout is not None and prefix is None and inputs["attention_mask"] is None:
-                logits = readout(inputs["input_ids"]).float()
+            if readout is not None and prefix is None:
+                logits = readout(inputs["input_ids"], inputs["attention_mask"]).float()
             else:
                 logits = forward(model, inputs).logits.float()
             picked = logits if self.label is None else logits[:, self.label]

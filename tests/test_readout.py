@@ -87,29 +87,62 @@ def test_a_masked_batch_reads_out_as_the_whole_forward(arch):
     assert (unmasked - got).abs()[[0, 2, 4]].min() > 1e-4  # the holes matter, and were applied
 
 
-def test_layers_before_the_last_are_bit_for_bit_the_models():
-    """Every layer but the last runs as the model's own forward runs it: the last layer's input is the
-    same tensor, bit for bit (only the last layer's arithmetic differs)."""
+def test_layers_before_the_last_are_bit_for_bit_the_models(monkeypatch):
+    """What the read-out computes from (the last layer's input hidden states) is bit for bit what the
+    model's whole forward hands its last layer; the last layer itself is never called, and it is
+    back in place afterwards."""
+    from rmbench_fast.scorers import readout as module
+
     model = _model("llama", kv=2)
+    last = model.model.layers[-1]
     seen = []
-    hook = model.model.layers[-1].register_forward_pre_hook(lambda m, args, kw: seen.append(args[0].clone()),
-                                                            with_kwargs=True)
+    hook = last.register_forward_pre_hook(lambda m, args, kw: seen.append(args[0].clone()), with_kwargs=True)
+    got = []
+    real = module._readout
+    monkeypatch.setattr(module, "_readout", lambda *a: got.append(a[7].clone()) or real(*a))
     try:
         _whole(model, _batch())
-        n = len(seen)
-        # the read-out path calls the last layer's parts, never the layer: the hook does not fire again
-        readout_fn(model, PAD)(_batch())
-        assert len(seen) == n == 1
-    finally:
-        hook.remove()
-    captured = []
-    hook = model.model.layers[-2].register_forward_hook(lambda m, a, out: captured.append(
-        (out[0] if isinstance(out, tuple) else out).clone()))
-    try:
         readout_fn(model, PAD)(_batch())
     finally:
         hook.remove()
-    assert torch.equal(captured[0], seen[0])
+    assert len(seen) == 1 and len(got) == 1
+    assert torch.equal(got[0], seen[0])
+    assert model.model.layers[-1] is last
+
+
+def test_the_last_layer_is_put_back_when_the_forward_fails():
+    model = _model("llama")
+    last = model.model.layers[-1]
+    model.model.layers[0].mlp.down_proj.register_forward_hook(lambda *a: (_ for _ in ()).throw(MemoryError("oom")))
+    with pytest.raises(MemoryError):
+        readout_fn(model, PAD)(_batch())
+    assert model.model.layers[-1] is last
+
+
+@pytest.mark.parametrize("extra", [
+    {"head_dim": 8},  # head_dim apart from hidden / heads
+    {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                      "original_max_position_embeddings": 16}},
+])
+def test_head_dims_and_rope_scaling_read_out_as_the_whole_forward(extra):
+    model = _model("llama", **extra)
+    ids = _batch()
+    assert torch.allclose(readout_fn(model, PAD)(ids), _whole(model, ids), rtol=0, atol=2e-5)
+    one = ids[:1, :1]  # a batch one token wide
+    assert torch.allclose(readout_fn(model, PAD)(one), _whole(model, one), rtol=0, atol=2e-5)
+
+
+def test_bf16_reads_out_no_farther_from_fp32_than_the_whole_bf16_forward():
+    """In bf16 the last layer's other shapes round otherwise: the read-out stays as close to the fp32
+    scores as the model's own bf16 forward is (within 3x, on a bf16 ulp of the scores' size)."""
+    model = _model("llama", kv=2)
+    ids = _batch()
+    exact = _whole(model, ids)
+    half = model.to(torch.bfloat16)
+    whole = _whole(half, ids).float()
+    got = readout_fn(half, PAD)(ids).float()
+    ulp = exact.abs().max().item() * 2 ** -8
+    assert (got - exact).abs().max() <= 3 * (whole - exact).abs().max() + ulp
 
 
 def test_read_out_positions_follow_transformers_pooling():
@@ -121,7 +154,8 @@ def test_read_out_positions_follow_transformers_pooling():
     assert readout_positions(torch.full((1, 4), PAD), PAD).tolist() == [0]
 
 
-@pytest.mark.parametrize("change", ["eager", "sliding", "qwen2-sliding", "training", "no-pad", "causal-lm"])
+@pytest.mark.parametrize("change", ["eager", "sliding", "qwen2-sliding", "training", "no-pad", "causal-lm", "placed",
+                                    "int8-like", "remote-code", "other-pad"])
 def test_models_it_does_not_restate_keep_their_own_forward(change):
     import transformers
 
@@ -137,6 +171,20 @@ def test_models_it_does_not_restate_keep_their_own_forward(change):
     elif change == "causal-lm":
         cfg = _config("llama")
         model = transformers.LlamaForCausalLM(cfg).eval()
+    elif change == "placed":
+        model = _model("llama")
+        model.hf_device_map = {"": "cpu"}
+    elif change == "int8-like":  # a Linear subclass (bitsandbytes, GPTQ, PEFT) does more in forward
+        model = _model("llama")
+        old = model.model.layers[-1].self_attn.q_proj
+        new = type("Linear8bit", (torch.nn.Linear,), {})(old.in_features, old.out_features, bias=False)
+        model.model.layers[-1].self_attn.q_proj = new
+    elif change == "remote-code":
+        model = _model("llama")
+        model.__class__ = type("LlamaForSequenceClassification", (type(model),), {"__module__": "remote.modeling"})
+    elif change == "other-pad":
+        model = _model("llama")
+        model.config.pad_token_id = PAD + 1
     else:
         model = _model("llama")
     assert readout_fn(model, None if change == "no-pad" else PAD) is None
@@ -188,3 +236,24 @@ def test_the_scorer_reads_out_and_scores_as_the_whole_forward(models, data_path,
         rm_module.readout_fn = real
     assert np.abs(scores[True] - scores[False]).max() <= 2e-5
     assert scorer.pass_key() != RewardModelScorer(pad, 0).pass_key()
+
+
+def test_runs_that_compute_otherwise_are_keyed_apart(models):
+    """The store serves a pass to a run whose options compute the same numbers: a placed model
+    (--device-map) and --compat official run the whole forward, so their RM passes are not the
+    read-out's (placement on the CPU adds no key of its own)."""
+    from rmbench_fast.engine.options import ScoreOptions
+    from rmbench_fast.models.loading import load_config, load_tokenizer
+    from rmbench_fast.scorers import make_scorer
+
+    path = models["plain"]["rm"]
+    tok, cfg = load_tokenizer(path, False), load_config(path, False)
+
+    def key(**kw):
+        o = ScoreOptions(model=path, data="d", cache=False, progress=False, bootstrap=0, **kw)
+        s = make_scorer(o, "rm", None, cfg, tok, "cpu", path)
+        return s.readout, s.pass_key()
+
+    plain, placed, official = key(), key(device_map="auto"), key(compat="official")
+    assert plain[0] and not placed[0] and not official[0]
+    assert plain[1] != placed[1] and plain[1] != official[1]

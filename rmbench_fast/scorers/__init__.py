@@ -53,7 +53,8 @@ def make_scorer(o, mode: str, adapter, config, tokenizer, device, tokenizer_path
         tok_pad, cfg_pad = official_pad_ids(tokenizer, config)
         label = pick_label(config.num_labels, o.label_index, o.compat == "official")
         scorer = RewardModelScorer(cfg_pad, label, config.num_labels, official_bos(tokenizer), tok_pad,
-                                   readout=o.compat != "official")
+                                   # a placed model (--device-map) runs its whole forward: keyed apart
+                                   readout=o.compat != "official" and not getattr(o, "device_map", None))
     else:
         resolved = logprob_impl or resolve_logprob_impl(o.logprob_impl, device)
         # the official DPO flow pads with EOS

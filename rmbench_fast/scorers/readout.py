@@ -13,7 +13,9 @@ forward, 2.5% of a 32-layer one's.
 The scores equal the whole forward's up to fp32 rounding (the last layer's matmuls run on fewer
 rows and the attention on one query per row; within 2e-5 in tests/test_readout.py). It applies to
 the architectures whose last layer it restates (Llama, Mistral, Qwen2: pre-norm, rotary, SDPA
-attention, no sliding window); anything else runs the model's own forward.
+attention, no sliding window); anything else runs the model's own forward. The stop swaps the
+model's last layer for a stand-in during the call: one model must not run two forwards at once
+(the engine runs its batches one after another).
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ def readout_fn(model, pad_id: int | None):
     """A function (input_ids [B, T], attention_mask [B, T] or None) -> logits [B, num_labels] at
     each row's read-out position, or None when `model` is not one this module can run (then the
     model's own forward is used)."""
-    if type(model).__name__ not in ARCHITECTURES or model.training or pad_id is None:
+    if type(model).__name__ not in ARCHITECTURES or not type(model).__module__.startswith("transformers.models.") \
+            or model.training or pad_id is None:  # remote code of the same name may pool or rotate otherwise
         return None
     base, head = getattr(model, "model", None), getattr(model, "score", None)
     if type(head) is not torch.nn.Linear or base is None:
@@ -42,6 +45,8 @@ def readout_fn(model, pad_id: int | None):
     if not all(hasattr(base, a) for a in ("embed_tokens", "layers", "norm", "rotary_emb")) or len(base.layers) < 1:
         return None
     cfg = model.config
+    if getattr(cfg, "pad_token_id", None) != pad_id:  # the model pools at its config's pad id
+        return None
     window = getattr(cfg, "sliding_window", None) if getattr(cfg, "use_sliding_window", True) else None  # Qwen2's switch
     if (getattr(cfg, "_attn_implementation", None) != "sdpa" or window is not None
             or getattr(model, "hf_device_map", None) or len(base.layers) != cfg.num_hidden_layers):
@@ -64,6 +69,8 @@ def readout_fn(model, pad_id: int | None):
     @torch.inference_mode()
     def run(input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         got = _last_layer_inputs(base, input_ids, attention_mask)
+        if got[2] is None:  # the layers get no rotary tables: not the forward this module restates
+            return model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
         return _readout(model, base, last, att, rotate_half, input_ids, pad_id, *got)
 
     return run
@@ -99,7 +106,9 @@ def _last_layer_inputs(base, input_ids, attention_mask):
     last = layers[-1]
     layers[-1] = _Stop()
     try:
-        base(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        # no output capture asked: transformers 5 would hook its capture onto the stand-in for good
+        base(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, output_hidden_states=False,
+             output_attentions=False)
     except _Reached as stop:
         return stop.got
     finally:

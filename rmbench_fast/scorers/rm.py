@@ -66,8 +66,8 @@ class RewardModelScorer(Scorer):
         self.bos_id = bos_id  # None: the tokenizer has no BOS token (no doubled-BOS masking)
         self.tokenizer_pad_id = pad_id if tokenizer_pad_id is None else tokenizer_pad_id
         self.outputs = {"scores": () if label is not None else (num_labels,)}
-        # the last layer at the read-out positions only (scorers.readout); off with --compat official,
-        # which runs the official flow's whole forward
+        # the last layer at the read-out positions only (scorers.readout); off (the whole forward, keyed
+        # apart) with --compat official, as the official flow computes, and with --device-map
         self.readout = readout
 
     def encode(self, samples, tokenizer, fmt, compat, tokenizer_path=None):

@@ -297,7 +297,7 @@ TRANSFORMERS_VERSION_FILES = {
     "test_parity.py", "test_precision.py", "test_prefix.py", "test_preflight.py", "test_templates.py",
     "test_tokenizer_facts.py", "test_tokenizer_loading.py", "test_tokenizer_loading_real.py", "test_tp.py",
     "test_tp_adapters.py", "test_verdict_scorer.py", "test_benchmarks_score.py", "test_store_trust.py",
-    "test_judge_keys.py", "test_readout.py",
+    "test_judge_keys.py", "test_readout.py", "test_prefix_attention.py",
 }
 # Tests of those files left out of the 4.51 pass, because other 4.51 tests cover the part of them that
 # depends on transformers (CI's 30 minutes)

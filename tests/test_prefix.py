@@ -9,6 +9,7 @@ from reference import assert_same_accuracy, official_dpo, official_rm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import rmbench_fast.inputs.prefix as prefix_mod
+from rmbench_fast.inputs import prefix_attention
 from rmbench_fast.engine import prepare as prepare_mod
 from rmbench_fast.inputs.data import load_dataset
 from rmbench_fast.engine.score import ScoreOptions, score
@@ -140,9 +141,10 @@ def test_plan_limits_and_waves():
     assert sorted(np.concatenate([b.indices for b in batches])) == list(range(12))
 
 
-def test_self_check_turns_sharing_off(models, data_path, monkeypatch, caplog):
-    """A model for which cached and plain states differ (here: a broken cache) is scored without
-    sharing, with a warning and the reason in run.json."""
+@pytest.mark.parametrize("path", ["masked cache", "split"])
+def test_self_check_turns_sharing_off(models, data_path, monkeypatch, caplog, path):
+    """A model for which shared and plain states differ (here: a broken cache, or a broken split
+    attention) is scored without sharing, with a warning and the reason in run.json."""
     def broken(kvs):
         from transformers import DynamicCache
 
@@ -151,9 +153,14 @@ def test_self_check_turns_sharing_off(models, data_path, monkeypatch, caplog):
             cache.update(k + 1.0, v, layer)
         return cache
 
-    monkeypatch.setattr(prefix_mod, "_new_cache", broken)
+    if path == "masked cache":
+        monkeypatch.setattr(prefix_mod, "_new_cache", broken)
+        monkeypatch.setattr(prefix_mod, "applies", lambda *a: False)
+    else:
+        split = prefix_attention.split_attention
+        monkeypatch.setattr(prefix_attention, "split_attention", lambda *a, **k: split(*a, **k) + 1.0)
     m = models["llama"]["rm"]
-    run = score(ScoreOptions(model=m, data=data_path, limit=2, share_prefix=True, progress=False))
+    run = score(ScoreOptions(model=m, data=data_path, limit=2, share_prefix=True, cache=False, progress=False))
     assert run.run["models"]["model"]["prefix_sharing"].startswith("off: shared and plain states differ")
     ref = official_rm(m, run.samples, True)
     np.testing.assert_allclose(run.chosen, ref[0], atol=1e-4, rtol=0)

@@ -67,6 +67,7 @@ def _local(prep: Prepared, o: ScoreOptions, model_path: str, lent=None):
                 if prefix is not None:
                     info["prefix_sharing"] = prefix.note
                     info["prefix_out_of_memory_halvings"] = prefix.oom_halvings
+                    info["prefix_attention"] = prefix.attention_kind()
                 info["batches_s"] = time.perf_counter() - t0 - info["load_s"]  # the forwards, after loading
                 return info
         finally:

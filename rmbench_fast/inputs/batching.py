@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from . import prefix_attention
+
 
 @dataclass(frozen=True)
 class Batch:
@@ -106,11 +108,15 @@ def _accepts(forward_owner: type) -> frozenset | None:
 
 def forward(module, inputs: dict):
     """module(**inputs), leaving out the optional keys (use_cache, a None mask) its forward does not
-    take: some architectures (OpenAI GPT in transformers 4.51) have no use_cache."""
+    take: some architectures (OpenAI GPT in transformers 4.51) have no use_cache. A batch of suffixes
+    on shared prefixes given their split attention (inputs.prefix_attention) runs with it switched on."""
     names = _accepts(type(module))
     if names is not None:
         inputs = {k: v for k, v in inputs.items() if k in names or (v is not None and k != "use_cache")}
-    return module(**inputs)
+    if inputs.get(prefix_attention.KEY) is None:
+        return module(**inputs)
+    with prefix_attention.switched(module):
+        return module(**inputs)
 
 
 def token_counts(lengths, batches: list[Batch]) -> dict:

@@ -10,6 +10,10 @@ each layer's keys and values of the whole wave in one flat [tokens + 1, kv heads
 (left holes masked, read from the zero row), gathered with one index per layer, the suffixes
 right-padded after them, position ids continuing from each row's own prefix.
 
+On the CPU, for Llama, Mistral and Qwen2, a suffix batch skips that cache and its mask: each layer
+attends causally to the suffix and, unmasked, to each row's prefix where `flat` keeps it, and merges
+the two (inputs.prefix_attention), both on SDPA's fast paths.
+
 A prefix never covers a position that is read out (each scorer's `readout_limit`: RM pools at the
 last non-pad token, DPO reads the hidden states from the one before the first response token). Sharing is checked once per pass
 against a plain forward of one sequence; a model for which the two disagree runs unshared.
@@ -27,8 +31,9 @@ import torch
 from ..models.device import OUT_OF_MEMORY
 from ..models.kinds import base_model, text_config
 from ..store.fingerprints import sha256_text
-from .batching import Batch, halves, make_batches, mask_first_tokens, pad_rows
+from .batching import Batch, forward, halves, make_batches, mask_first_tokens, pad_rows
 from .layout import PER_PROMPT
+from .prefix_attention import KEY, SplitPrefix, applies
 
 log = logging.getLogger("rmbench_fast")
 
@@ -161,6 +166,10 @@ class PrefixKV:
         self.checked = False
         self.note = "on"
         self.oom_halvings = 0  # prefix batches halved after an out-of-memory error
+        # per target (base decoder or whole model): suffix batches attend to their prefixes with the
+        # split attention (inputs.prefix_attention) rather than through a masked cache
+        self.split = {True: applies(model, self.base, device), False: applies(model, model, device)}
+        self.used: set[str] = set()  # the ways suffix batches attended to their prefixes
 
     @torch.inference_mode()
     def _load_wave(self, w: int):
@@ -219,7 +228,7 @@ class PrefixKV:
         """One sequence, shared and unshared: the hidden states must agree, else sharing is off."""
         i = int(rows[np.argmin([len(self.seqs[r]) for r in rows])])
         b = Batch(np.array([i]), len(self.seqs[i]) - int(self.plan.prefix[i]))
-        shared = self.base(**self.inputs(b, base=True))[0][0].float()
+        shared = forward(self.base, self.inputs(b, base=True))[0][0].float()
         full = self.base(input_ids=torch.as_tensor([self.seqs[i]], device=self.device), use_cache=False)[0][0]
         full = full[int(self.plan.prefix[i]):].float()
         tol = 1e-3 if self.model.dtype == torch.float32 else 5e-2
@@ -228,6 +237,11 @@ class PrefixKV:
             self.enabled, self.flat, self.start = False, [], {}
             self.note = f"off: shared and plain states differ ({err:.2e} relative) for {type(self.model).__name__}"
             log.warning("prefix sharing %s; scoring without it", self.note)
+
+    def attention_kind(self) -> str:
+        """How suffix batches attended to their prefixes (run.json): "split" (causal on the suffix,
+        unmasked on the prefix, merged: inputs.prefix_attention), "masked cache", or both."""
+        return " and ".join(sorted(self.used)) or "none"
 
     def offsets(self, batch: Batch) -> np.ndarray:
         """Per row: where row position 0 sits in its sequence."""
@@ -256,6 +270,12 @@ class PrefixKV:
         for r in np.flatnonzero(off):  # a row's prefix must be its own prompt's, and no longer than it
             first[r], stored = self.start[int(self.plan.group[rows[r]])]
             assert off[r] <= stored, f"row {r}: prefix {off[r]} > the {stored} tokens stored for its prompt"
+        if self.split[base] and not masked:  # no cache, no mask: each row reads its prefix where it is kept
+            self.used.add("split")
+            rows = [(int(f), int(o)) for f, o in zip(first, off)]
+            return {"input_ids": ids, "attention_mask": None, "position_ids": pos, "use_cache": False,
+                    KEY: SplitPrefix(self.flat, rows)}
+        self.used.add("masked cache")
         rel = np.arange(pm)[None, :] - (pm - off)[:, None]
         zero_row = self.flat[0][0].shape[0] - 1
         idx = torch.as_tensor(np.where(rel >= 0, first[:, None] + rel, zero_row), device=self.device)

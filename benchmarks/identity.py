@@ -7,9 +7,10 @@
 Build once (the models are files: both sides score the same weights), run on the code before and
 after, compare. The set: the demo; RM, DPO with a reference and reference-free (sum, avg, norm) on
 three tokenizers (a chat template, Llama's class without one, a generic one with a pad token);
---compat official in RM and DPO; --share-prefix in RM and DPO; the plain and torch log-prob paths;
-small batches; two adapters (GRM's MLP head, LDL's .pt heads). Every run is computed (--no-cache,
-a fresh store), on the real RM-Bench files from ../shared/rm-bench (--data) at --limit 3.
+--compat official in RM and DPO; --share-prefix in RM and DPO, and --no-share-prefix in DPO; the
+plain and torch log-prob paths; small batches; two adapters (GRM's MLP head, LDL's .pt heads).
+Every run is computed (--no-cache, a fresh store), on the real RM-Bench files from
+../shared/rm-bench (--data) at --limit 3.
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ def runs(m: Path) -> dict[str, list[str]]:
         out[f"{t}-dpo-compat"] = ["--model", pol, "--ref-model", ref, "--compat", "official"]
         out[f"{t}-rm-prefix"] = ["--model", rm, "--share-prefix"]
         out[f"{t}-dpo-prefix"] = ["--model", pol, "--ref-model", ref, "--share-prefix"]
+        # DPO shares prefixes by default on the CPU: the unshared path as well
+        out[f"{t}-dpo-unshared"] = ["--model", pol, "--ref-model", ref, "--no-share-prefix"]
+        out[f"{t}-avg-unshared"] = ["--model", pol, "--no-share-prefix"]
     pol, ref = str(m / "tmpl" / "policy"), str(m / "tmpl" / "reference")
     out["tmpl-sum"] = ["--model", pol, "--ref-free", "sum"]
     out["tmpl-norm"] = ["--model", pol, "--ref-free", "norm"]

@@ -167,11 +167,44 @@ def test_self_check_turns_sharing_off(models, data_path, monkeypatch, caplog, pa
     np.testing.assert_allclose(run.rejected, ref[1], atol=1e-4, rtol=0)
 
 
-def test_off_by_default(models, data_path):
+def test_rm_off_by_default(models, data_path):
+    """A reward model keeps its read-out (the last layer at one position) by default: no sharing."""
     run = score(ScoreOptions(model=models["tmpl"]["rm"], data=data_path, limit=2, progress=False))
     assert run.run["shared_prefix"] == {"prompts": 0, "tokens_saved": 0}
     assert "prefix_sharing" not in run.run["models"]["model"]
     assert run.run["padded_tokens"] >= run.run["real_tokens"]
+
+
+def test_dpo_on_by_default_on_cpu(models, data_path):
+    """DPO on the CPU shares prefixes unless told not to, and scores what the unshared run scores
+    (up to the order of the attention's sums); --no-share-prefix and --compat official do not share."""
+    m = models["llama"]
+    common = dict(model=m["policy"], ref_model=m["ref"], data=data_path, limit=2, cache=False, progress=False)
+    shared = score(ScoreOptions(**common))
+    assert shared.run["shared_prefix"]["prompts"] == len(shared.samples)
+    assert all(p["prefix_sharing"] == "on" for p in shared.run["models"].values())
+    plain = score(ScoreOptions(**common, share_prefix=False))
+    assert plain.run["shared_prefix"] == {"prompts": 0, "tokens_saved": 0}
+    assert all("prefix_sharing" not in p for p in plain.run["models"].values())
+    np.testing.assert_allclose(shared.chosen, plain.chosen, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(shared.rejected, plain.rejected, rtol=1e-5, atol=1e-5)
+    compat = score(ScoreOptions(**common, compat="official"))
+    assert compat.run["shared_prefix"] == {"prompts": 0, "tokens_saved": 0}
+
+
+@pytest.mark.parametrize("given, mode, device, compat, tp, device_map, want", [
+    (None, "dpo", "cpu", False, 1, None, True),
+    (None, "rm", "cpu", False, 1, None, False),  # the read-out saves more
+    (None, "dpo", "cuda", False, 1, None, False),  # unmeasured on GPUs
+    (None, "dpo", "cpu", True, 1, None, False),  # --compat official scores unshared
+    (None, "dpo", "cpu", False, 2, None, False),  # --tp: prefixes are not kept across ranks
+    (None, "dpo", "cpu", False, 1, "auto", False),  # --device-map: no one device for the cache
+    (True, "rm", "cuda", True, 1, None, True),  # given: as given
+    (False, "dpo", "cpu", False, 1, None, False),
+])
+def test_share_prefix_default(given, mode, device, compat, tp, device_map, want):
+    o = ScoreOptions(model="m", share_prefix=given, tp=tp, device_map=device_map)
+    assert prepare_mod.shares_prefix(o, mode, torch.device(device), compat) is want
 
 
 def test_doubled_bos_rows_beside_shared_prefix_rows(models, data_path):

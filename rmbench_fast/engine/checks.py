@@ -53,7 +53,7 @@ def check_options(o: ScoreOptions, name=cli_name):
         raise UsageError(f"{name('tp', o.tp)} with {name('gpus_per_worker', o.gpus_per_worker)}: each Ray worker's "
                          f"group has one rank a GPU: give both the same number (or {name('gpus_per_worker', 0)} for "
                          "CPU workers)")
-    if o.tp > 1 and o.share_prefix:
+    if o.tp > 1 and o.share_prefix is True:
         raise UsageError(f"{name('tp', o.tp)} with {name('share_prefix')}: shared prefixes are not kept across "
                          "tensor-parallel ranks; use one of them")
     check_placement(o, name)
@@ -87,7 +87,7 @@ def check_placement(o: ScoreOptions, name=cli_name) -> None:
     if o.device is not None and o.device.startswith("cpu") and any(isinstance(k, int) for k in budgets):
         raise UsageError(f"{name('max_memory')} names a GPU, but {name('device', 'cpu')} places the model on the "
                          f"CPU (and disk) only: drop the GPU entries or {name('device', 'cpu')}")
-    if o.share_prefix:
+    if o.share_prefix is True:
         raise UsageError(f"{name('share_prefix')} keeps each prompt's KV cache on one device, which "
                          f"{name('device_map')} does not give: drop one of them")
 

@@ -50,7 +50,9 @@ class ScoreOptions:
     label_index: int | None = None
     adapter: str | None = None  # a reward-model adapter by name (rmbench_fast.adapters); default: chosen from the model
     logprob_impl: str = "auto"  # LOGPROB_IMPLS (DPO log-prob path)
-    share_prefix: bool = False  # compute each prompt's shared prefix once (causal decoders)
+    # compute each prompt's shared prefix once (causal decoders); None: on where it is measured faster
+    # (engine.prepare.shares_prefix: DPO on the CPU), off elsewhere
+    share_prefix: bool | None = None
     tp: int = 1  # tensor-parallel ranks of each pass (engine.scaleout.tensor_parallel)
     prefix_cache_mb: int | None = None  # memory for prefix caches at a time (default: 1 GiB CPU, 1/10 GPU)
     cache: bool = True  # the result store: reuse finished work, resume interrupted work

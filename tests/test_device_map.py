@@ -94,7 +94,8 @@ def test_reward_model_placed_over_cpu_and_disk(trio, wired):
 
 
 def test_dpo_with_reference_placed_from_the_command_line(trio, wired, tmp_path):
-    plain = score(options(trio["policy"], ref_model=trio["reference"]))
+    # computed as the placed run computes it: unshared (a placed run shares no prefixes)
+    plain = score(options(trio["policy"], ref_model=trio["reference"], share_prefix=False))
     out = tmp_path / "placed"
     r = CliRunner().invoke(main, ["score", "--model", trio["policy"], "--ref-model", trio["reference"], "--data", DATA,
                                   "--limit", "2", "--device-map", "auto", "--max-memory",

@@ -99,3 +99,18 @@ def test_switched_puts_the_implementation_back(models):
         with prefix_attention.switched(model.model):
             raise RuntimeError("a failing forward")
     assert model.config._attn_implementation == "sdpa"
+
+
+def test_ray_units_report_every_way_they_attended():
+    """A pass on Ray merges its units' notes: prefix_attention names every way any unit took."""
+    from rmbench_fast.engine.scaleout.distributed import _merge
+
+    notes = {}
+    for note in ({"prefix_attention": "split"}, {"prefix_attention": "none"}, {"prefix_attention": "masked cache"},
+                 {"prefix_attention": "split"}):
+        _merge(notes, note)
+    assert notes["prefix_attention"] == "masked cache and split"
+    notes = {}
+    for note in ({"prefix_attention": "none"}, {"prefix_attention": "split"}):
+        _merge(notes, note)
+    assert notes["prefix_attention"] == "split"

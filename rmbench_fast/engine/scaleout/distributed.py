@@ -220,6 +220,9 @@ def _merge(notes: dict, note: dict) -> None:
             notes[k] = notes.get(k, 0) + v
         elif k in ("logprob_head", "prefix_sharing") and k in notes and notes[k] != v:
             notes[k] = v if notes[k] in ("fused", "on") else notes[k]
+        elif k == "prefix_attention" and k in notes and notes[k] != v:  # every way any unit took
+            ways = (set(notes[k].split(" and ")) | set(v.split(" and "))) - {"none"}
+            notes[k] = " and ".join(sorted(ways)) or "none"
         else:
             notes[k] = v
 

@@ -131,7 +131,8 @@ class Worker:
         info = run_batches(self.scorer, self.model, seqs, local, arrays, self.device, np.asarray(batch_lengths),
                            names.__getitem__, None, prefix)
         if prefix is not None:  # as a local pass records it
-            info.update(prefix_sharing=prefix.note, prefix_out_of_memory_halvings=prefix.oom_halvings)
+            info.update(prefix_sharing=prefix.note, prefix_out_of_memory_halvings=prefix.oom_halvings,
+                        prefix_attention=prefix.attention_kind())
         info.pop("first_batch_s", None)  # per unit, not per pass: run.json would show an arbitrary one
         return os.getpid(), arrays, info
 

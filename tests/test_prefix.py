@@ -1,6 +1,8 @@
 """Shared-prompt prefixes (--share-prefix): scores against the naive official reference, the plan's
 limits and waves, rows of different prefix lengths in one batch, and the self-check."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -157,11 +159,18 @@ def test_self_check_turns_sharing_off(models, data_path, monkeypatch, caplog, pa
         monkeypatch.setattr(prefix_mod, "_new_cache", broken)
         monkeypatch.setattr(prefix_mod, "applies", lambda *a: False)
     else:
+        from transformers import AutoModelForSequenceClassification
+
+        rm = AutoModelForSequenceClassification.from_pretrained(models["llama"]["rm"])
+        if not prefix_attention.applies(rm, rm, "cpu"):
+            pytest.skip("this transformers' sequence classifier takes no extra arguments: its suffix batches "
+                        "use the masked cache (the other case)")
         split = prefix_attention.split_attention
         monkeypatch.setattr(prefix_attention, "split_attention", lambda *a, **k: split(*a, **k) + 1.0)
     m = models["llama"]["rm"]
     run = score(ScoreOptions(model=m, data=data_path, limit=2, share_prefix=True, cache=False, progress=False))
     assert run.run["models"]["model"]["prefix_sharing"].startswith("off: shared and plain states differ")
+    assert run.run["models"]["model"]["prefix_attention"] == "none"  # nothing attended to a shared prefix
     ref = official_rm(m, run.samples, True)
     np.testing.assert_allclose(run.chosen, ref[0], atol=1e-4, rtol=0)
     np.testing.assert_allclose(run.rejected, ref[1], atol=1e-4, rtol=0)
@@ -192,19 +201,42 @@ def test_dpo_on_by_default_on_cpu(models, data_path):
     assert compat.run["shared_prefix"] == {"prompts": 0, "tokens_saved": 0}
 
 
-@pytest.mark.parametrize("given, mode, device, compat, tp, device_map, want", [
-    (None, "dpo", "cpu", False, 1, None, True),
-    (None, "rm", "cpu", False, 1, None, False),  # the read-out saves more
-    (None, "dpo", "cuda", False, 1, None, False),  # unmeasured on GPUs
-    (None, "dpo", "cpu", True, 1, None, False),  # --compat official scores unshared
-    (None, "dpo", "cpu", False, 2, None, False),  # --tp: prefixes are not kept across ranks
-    (None, "dpo", "cpu", False, 1, "auto", False),  # --device-map: no one device for the cache
-    (True, "rm", "cuda", True, 1, None, True),  # given: as given
-    (False, "dpo", "cpu", False, 1, None, False),
+def test_wave_tokens_is_the_largest_wave_kept():
+    """What the pre-flight counts for a shared pass's prefix store: the largest wave's prefix tokens
+    (each prompt's once) plus the zero row, not the whole budget."""
+    seqs = [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, i] for i in range(6)] + [[5] * 20 + [i] for i in range(6)] \
+        + [[7] * 15 + [i] for i in range(6)]
+    plan = plan_prefixes(seqs, np.full(18, 100), kv_bytes_per_token=1, budget_bytes=40)
+    naive = {}
+    for g in range(3):
+        w = int(plan.wave[6 * g])
+        naive[w] = naive.get(w, 0) + int(plan.prefix[6 * g])
+    assert list(plan.prefix[::6]) == [11, 20, 15] and len(naive) == 2  # 11 + 20 fit 40 tokens; 15 more do not
+    assert plan.wave_tokens() == max(naive.values()) + 1 == 32
+
+
+LLAMA = SimpleNamespace(model_type="llama")
+
+
+@pytest.mark.parametrize("given, mode, device, compat, extra, config, want", [
+    (None, "dpo", "cpu", False, {}, LLAMA, True),
+    (None, "dpo", "cpu", False, {}, SimpleNamespace(model_type="qwen2", sliding_window=64, use_sliding_window=False),
+     True),  # Qwen2 with its window switched off
+    (None, "rm", "cpu", False, {}, LLAMA, False),  # the read-out saves more
+    (None, "dpo", "cuda", False, {}, LLAMA, False),  # unmeasured on GPUs
+    (None, "dpo", "cpu", True, {}, LLAMA, False),  # --compat official scores unshared
+    (None, "dpo", "cpu", False, {"tp": 2}, LLAMA, False),  # --tp: prefixes are not kept across ranks
+    (None, "dpo", "cpu", False, {"device_map": "auto"}, LLAMA, False),  # --device-map: no one cache device
+    (None, "dpo", "cpu", False, {"engine": "ray"}, LLAMA, False),  # Ray's units: other prefix batches
+    (None, "dpo", "cpu", False, {}, SimpleNamespace(model_type="gpt2"), False),  # the masked cache: unmeasured
+    (None, "dpo", "cpu", False, {}, SimpleNamespace(model_type="mistral", sliding_window=4096), False),
+    (None, "dpo", "cpu", False, {}, SimpleNamespace(model_type="llama", auto_map={"AutoModel": "x.Y"}), False),
+    (True, "rm", "cuda", True, {}, SimpleNamespace(model_type="gpt2"), True),  # given: as given
+    (False, "dpo", "cpu", False, {}, LLAMA, False),
 ])
-def test_share_prefix_default(given, mode, device, compat, tp, device_map, want):
-    o = ScoreOptions(model="m", share_prefix=given, tp=tp, device_map=device_map)
-    assert prepare_mod.shares_prefix(o, mode, torch.device(device), compat) is want
+def test_share_prefix_default(given, mode, device, compat, extra, config, want):
+    o = ScoreOptions(model="m", share_prefix=given, **extra)
+    assert prepare_mod.shares_prefix(o, mode, torch.device(device), compat, config) is want
 
 
 def test_doubled_bos_rows_beside_shared_prefix_rows(models, data_path):

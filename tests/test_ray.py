@@ -28,8 +28,10 @@ def cluster(tmp_path_factory):
 
 
 def options(c, tmp_path, **kw):
+    # unshared (Ray's default): a local DPO run shares prompt prefixes by default on the CPU, which Ray's
+    # units compute in other batches (within 1e-6, not equal)
     base = dict(model=c["ckpts"][0], ref_model=c["ref"], data=c["data"], progress=False, max_tokens_per_batch=300,
-                cache_dir=str(tmp_path / "store"))
+                cache_dir=str(tmp_path / "store"), share_prefix=False)
     return ScoreOptions(**{**base, **kw})
 
 

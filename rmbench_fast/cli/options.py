@@ -66,10 +66,11 @@ def _opts():
         click.option("--share-prefix/--no-share-prefix", default=None,
                      help="Causal decoders: run each prompt's shared prefix (its six sequences start with the "
                           "same templated prompt) once, and the responses on top of its KV cache. Saves the "
-                          "prompt tokens (12-16% on RM-Bench); results move by a few 1e-6 relative (the attention "
-                          "is summed in another order). [default: on for DPO on the CPU, where its forwards ran 6% faster; "
-                          "off for reward models, whose last-layer read-out saves more, for --compat official, "
-                          "and on GPUs, where it is unmeasured]"),
+                          "prompt tokens (12-16% on RM-Bench); in fp32 results move by a few 1e-6 relative (the "
+                          "attention is summed in another order). [default: on for DPO on the CPU for Llama, "
+                          "Mistral and Qwen2, where its forwards ran 6% faster; off for reward models, whose "
+                          "last-layer read-out saves more, for --compat official, other architectures, Ray, and on "
+                          "GPUs, unmeasured there]"),
         click.option("--prefix-cache-mb", type=int, default=None,
                      help="Memory for shared-prefix KV caches at a time; prompts are taken in waves that fit "
                           "[default: 1024 on CPU, a tenth of the GPU's memory]."),

@@ -152,10 +152,12 @@ def estimate(prep, o: ScoreOptions, path: str, batches, placement: Placement | N
         return None
     shape = Shape.of(config)
     act, largest = batch_activations(prep, shape, size, batches)
-    if prep.plan is not None:  # shared-prefix caches, up to their budget
-        from ..inputs.prefix import default_budget_bytes
+    if prep.plan is not None:  # the largest wave's prefix store, and a suffix batch's prefixes gathered into a cache
+        from ..inputs.prefix import kv_bytes_per_token
 
-        act += default_budget_bytes(prep.target.memory, o.prefix_cache_mb)
+        per_token = kv_bytes_per_token(config, prep.dtype)
+        gathered = max((len(b.indices) * int(prep.plan.prefix[b.indices].max()) for b in batches), default=0)
+        act += (prep.plan.wave_tokens() + gathered) * per_token
     out = {"weights_bytes": weights.bytes, "weights_source": weights.source, "params": weights.params,
            "activation_bytes": act, "total_bytes": weights.bytes + act, "largest_batch": largest,
            "dtype": str(prep.dtype).replace("torch.", ""), "int8": prep.precision.int8,

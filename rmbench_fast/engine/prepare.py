@@ -21,6 +21,7 @@ from ..inputs.batching import make_batches
 from ..inputs.data import Sample, load_dataset
 from ..inputs.layout import PER_PROMPT
 from ..inputs.prefix import PrefixPlan, default_budget_bytes, kv_bytes_per_token, plan_batches, plan_prefixes
+from ..inputs.prefix_attention import expected
 from ..inputs.templates import ChatFormat
 from ..inputs.tokenize import Encoded, official_tokenizer_class, pack, unpack
 from ..models.device import Target, local_target
@@ -203,15 +204,20 @@ def _stored_tokenizer(path: str, trust_remote_code: bool, store: Store, chat_tem
     return tokenizer
 
 
-def shares_prefix(o: ScoreOptions, mode: str, device, compat: bool) -> bool:
-    """--share-prefix as given, else where it was measured faster: DPO on the CPU (its forwards 6%
-    faster in four alternating pairs; scores within 3e-5, summary.json unchanged; docs/scoring.md).
+def shares_prefix(o: ScoreOptions, mode: str, device, compat: bool, config=None) -> bool:
+    """--share-prefix as given, else where it was measured faster: DPO on the CPU for the models that
+    take the split attention (inputs.prefix_attention.expected: Llama, Mistral, Qwen2; their forwards
+    6% faster in four alternating pairs; scores within 3e-5, summary.json unchanged; docs/scoring.md).
     RM keeps its read-out (the last layer at one position), which a cached prefix forgoes and which
     saves more (27.1 s of forwards against 31.4 s shared); `--compat official` scores as the
-    official flow does, unshared; GPUs are unmeasured; --tp and --device-map refuse it."""
+    official flow does, unshared; GPUs and other architectures (the masked cache) are unmeasured;
+    on Ray each unit computes its own prompts' prefixes in
+    other batches (scores within 1e-6 of a local run, not equal), so it stays off there unless asked
+    for; --tp and --device-map refuse it."""
     if o.share_prefix is not None:
         return o.share_prefix
-    return (mode == "dpo" and device.type == "cpu" and not compat and o.tp == 1 and not o.device_map)
+    return (mode == "dpo" and device.type == "cpu" and not compat and o.tp == 1 and not o.device_map
+            and o.engine == "local" and config is not None and expected(config))
 
 
 def prepare(o: ScoreOptions, store: Store, reuse: dict | None = None, given: Given | None = None) -> Prepared:
@@ -255,7 +261,7 @@ def prepare(o: ScoreOptions, store: Store, reuse: dict | None = None, given: Giv
     lengths = np.array([len(e.ids) for e in seqs], dtype=np.int64)
     max_tokens = o.max_tokens_per_batch or DEFAULT_MAX_TOKENS.get(device.type, DEFAULT_MAX_TOKENS["cuda"])
     plan = None
-    if shares_prefix(o, scorer.mode, device, compat) and is_causal_decoder(config):
+    if shares_prefix(o, scorer.mode, device, compat, config) and is_causal_decoder(config):
         limits = np.array([scorer.readout_limit(e) for e in seqs], dtype=np.int64)
         sizes = PER_PROMPT if run.benchmark == RM_BENCH else [len(s.responses) for s in samples]  # a row's responses
         plan = plan_prefixes([e.ids for e in seqs], limits, kv_bytes_per_token(config, dtype),

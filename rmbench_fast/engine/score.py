@@ -112,6 +112,8 @@ def model_pass(prep: Prepared, o: ScoreOptions, model_path: str, role: str, stor
                        prep.plan is not None, str(prep.dtype), prep.device.type, *prep.scorer.pass_key(),
                        prep.max_tokens, o.max_batch_size, *(prep.plan.key() if prep.plan is not None else ()),
                        *((f"tp{o.tp}",) if o.tp > 1 else ()),  # ranks sum in another order: not the same bits
+                       # each Ray unit computes its prompts' prefixes in its own batches: not the same bits
+                       *(("ray-prefixes",) if o.engine == "ray" and prep.plan is not None else ()),
                        *placement_key(o, prep.target))
     if o.engine == "ray" and lent is not None:
         raise UsageError(f"{role} {model_path}: a model loaded in memory is scored in this process; give its path to "

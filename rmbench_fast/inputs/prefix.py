@@ -58,6 +58,13 @@ class PrefixPlan:
     def saved_tokens(self) -> int:
         return int(self.prefix.sum()) - self.shared_tokens()
 
+    def wave_tokens(self) -> int:
+        """The most prefix tokens one wave keeps (PrefixKV's flat store, its zero row included)."""
+        first = np.unique(self.group, return_index=True)[1]
+        if not len(first):
+            return 0
+        return int(np.bincount(self.wave[first], weights=self.prefix[first]).max()) + 1
+
     def key(self) -> tuple:
         """What a model pass's store key needs of the plan."""
         return ("prefix-v1", sha256_text(self.prefix.tobytes().hex(), self.wave.tobytes().hex()))
@@ -166,9 +173,10 @@ class PrefixKV:
         self.checked = False
         self.note = "on"
         self.oom_halvings = 0  # prefix batches halved after an out-of-memory error
-        # per target (base decoder or whole model): suffix batches attend to their prefixes with the
-        # split attention (inputs.prefix_attention) rather than through a masked cache
-        self.split = {True: applies(model, self.base, device), False: applies(model, model, device)}
+        # suffix batches attend to their prefixes with the split attention (inputs.prefix_attention)
+        # rather than through a masked cache: both the decoder and the whole model must take it, so
+        # that the self-check (on the decoder) checks the path that scores (an RM's whole model)
+        self.split = applies(model, self.base, device) and applies(model, model, device)
         self.used: set[str] = set()  # the ways suffix batches attended to their prefixes
 
     @torch.inference_mode()
@@ -234,7 +242,7 @@ class PrefixKV:
         tol = 1e-3 if self.model.dtype == torch.float32 else 5e-2
         err = float((shared - full).abs().max() / full.abs().max().clamp_min(1e-6))
         if not err <= tol:
-            self.enabled, self.flat, self.start = False, [], {}
+            self.enabled, self.flat, self.start, self.used = False, [], {}, set()
             self.note = f"off: shared and plain states differ ({err:.2e} relative) for {type(self.model).__name__}"
             log.warning("prefix sharing %s; scoring without it", self.note)
 
@@ -270,7 +278,7 @@ class PrefixKV:
         for r in np.flatnonzero(off):  # a row's prefix must be its own prompt's, and no longer than it
             first[r], stored = self.start[int(self.plan.group[rows[r]])]
             assert off[r] <= stored, f"row {r}: prefix {off[r]} > the {stored} tokens stored for its prompt"
-        if self.split[base] and not masked:  # no cache, no mask: each row reads its prefix where it is kept
+        if self.split and not masked:  # no cache, no mask: each row reads its prefix where it is kept
             self.used.add("split")
             rows = [(int(f), int(o)) for f, o in zip(first, off)]
             return {"input_ids": ids, "attention_mask": None, "position_ids": pos, "use_cache": False,

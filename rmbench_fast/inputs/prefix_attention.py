@@ -80,6 +80,14 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
     return out.transpose(1, 2).contiguous(), None
 
 
+def expected(config) -> bool:
+    """Whether a model of this config should take the split attention on the CPU (`applies` decides
+    on the loaded model): one of MODEL_TYPES, not remote code, no sliding window."""
+    window = getattr(config, "sliding_window", None) if getattr(config, "use_sliding_window", True) else None
+    auto = getattr(config, "auto_map", None)
+    return getattr(config, "model_type", None) in MODEL_TYPES and window is None and not auto
+
+
 def _takes_kwargs(module) -> bool:
     params = inspect.signature(module.forward).parameters.values()
     return any(p.kind == p.VAR_KEYWORD for p in params)
@@ -92,10 +100,9 @@ def applies(model, module, device) -> bool:
     cfg = getattr(model, "config", None)
     if torch.device(device).type != "cpu" or cfg is None or model.training:
         return False
-    if getattr(cfg, "model_type", None) not in MODEL_TYPES or not type(model).__module__.startswith("transformers."):
+    if not expected(cfg) or not type(model).__module__.startswith("transformers."):
         return False
-    window = getattr(cfg, "sliding_window", None) if getattr(cfg, "use_sliding_window", True) else None
-    if getattr(cfg, "_attn_implementation", None) != "sdpa" or window is not None:
+    if getattr(cfg, "_attn_implementation", None) != "sdpa":
         return False
     attns = [m for m in model.modules() if type(m).__name__.endswith("Attention")]
     if not attns or any(not isinstance(getattr(a, "layer_idx", None), int) for a in attns):

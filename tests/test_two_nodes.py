@@ -169,12 +169,14 @@ def command(name: str, w: dict, out: Path, *args) -> list:
     return [sys.executable, "-m", "rmbench_fast", name, *common, *args]
 
 
+# unshared, as Ray computes by default: a local DPO run shares prompt prefixes by default on the CPU,
+# which Ray's units would compute in other batches (within 1e-6, not byte-equal)
 def score_args(w: dict) -> list:
-    return ["--model", w["ckpts"][0]]
+    return ["--model", w["ckpts"][0], "--no-share-prefix"]
 
 
 def sweep_args(w: dict) -> list:
-    return [a for ck in w["ckpts"] for a in ("--model", ck)] + ["--no-plots"]
+    return [a for ck in w["ckpts"] for a in ("--model", ck)] + ["--no-plots", "--no-share-prefix"]
 
 
 def cli(name: str, w: dict, out: Path, *args):

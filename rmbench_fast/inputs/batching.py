@@ -8,13 +8,12 @@ to the original order through each batch's indices.
 
 from __future__ import annotations
 
-import functools
-import inspect
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from ..models.kinds import forward_keywords
 from . import prefix_attention
 
 
@@ -97,20 +96,11 @@ def batch_inputs(seqs, batch: Batch, pad_id: int, device, causal: bool, prefix=N
     return {"input_ids": ids, "attention_mask": mask, "use_cache": False}, None
 
 
-@functools.lru_cache(maxsize=None)
-def _accepts(forward_owner: type) -> frozenset | None:
-    """The keyword names a module class's forward takes (None: it takes **kwargs)."""
-    params = inspect.signature(forward_owner.forward).parameters
-    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
-        return None
-    return frozenset(params)
-
-
 def forward(module, inputs: dict):
     """module(**inputs), leaving out the optional keys (use_cache, a None mask) its forward does not
     take: some architectures (OpenAI GPT in transformers 4.51) have no use_cache. A batch of suffixes
     on shared prefixes given their split attention (inputs.prefix_attention) runs with it switched on."""
-    names = _accepts(type(module))
+    names = forward_keywords(type(module))
     if names is not None:
         inputs = {k: v for k, v in inputs.items() if k in names or (v is not None and k != "use_cache")}
     if inputs.get(prefix_attention.KEY) is None:

@@ -18,11 +18,12 @@ during the forwards given a SplitPrefix under KEY (`switched`, from inputs.batch
 
 from __future__ import annotations
 
-import inspect
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
+
+from ..models.kinds import forward_keywords, sliding_window
 
 NAME = "rmbench_split_prefix"  # the attention implementation's name in transformers' registry
 KEY = "rmbench_split_prefix"  # the model argument that carries a batch's SplitPrefix
@@ -83,14 +84,8 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
 def expected(config) -> bool:
     """Whether a model of this config should take the split attention on the CPU (`applies` decides
     on the loaded model): one of MODEL_TYPES, not remote code, no sliding window."""
-    window = getattr(config, "sliding_window", None) if getattr(config, "use_sliding_window", True) else None
     auto = getattr(config, "auto_map", None)
-    return getattr(config, "model_type", None) in MODEL_TYPES and window is None and not auto
-
-
-def _takes_kwargs(module) -> bool:
-    params = inspect.signature(module.forward).parameters.values()
-    return any(p.kind == p.VAR_KEYWORD for p in params)
+    return getattr(config, "model_type", None) in MODEL_TYPES and sliding_window(config) is None and not auto
 
 
 def applies(model, module, device) -> bool:
@@ -107,7 +102,7 @@ def applies(model, module, device) -> bool:
     attns = [m for m in model.modules() if type(m).__name__.endswith("Attention")]
     if not attns or any(not isinstance(getattr(a, "layer_idx", None), int) for a in attns):
         return False
-    return _takes_kwargs(module)
+    return forward_keywords(type(module)) is None  # None: its forward takes **kwargs
 
 
 @contextmanager

@@ -4,6 +4,9 @@ the parts of a loaded model the scorers reach into (its text config, the decoder
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 from ..errors import UsageError
 
 # The suffix of a config.json `architectures` entry -> what the model is. "lm": it has a
@@ -58,6 +61,12 @@ def is_causal_decoder(config) -> bool:
                                                                                        False)
 
 
+def sliding_window(config):
+    """The attention window a config sets (None: attention over the whole sequence); Qwen2 keeps a
+    window size even when its `use_sliding_window` switch is off."""
+    return getattr(config, "sliding_window", None) if getattr(config, "use_sliding_window", True) else None
+
+
 def text_config(config):
     """The text decoder's config (a multimodal config nests it; any other config is its own)."""
     return config.get_text_config() if hasattr(config, "get_text_config") else config
@@ -68,3 +77,12 @@ def base_model(model):
     separate one."""
     base = getattr(model, "base_model", None)
     return None if base is None or base is model else base
+
+
+@functools.lru_cache(maxsize=None)
+def forward_keywords(module_class: type) -> frozenset | None:
+    """The keyword names a module class's forward takes (None: it takes **kwargs)."""
+    params = inspect.signature(module_class.forward).parameters
+    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        return None
+    return frozenset(params)

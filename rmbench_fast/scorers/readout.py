@@ -25,6 +25,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
+from ..models.kinds import sliding_window
+
 # the classes whose decoder layer this module restates (checked against each one's forward in tests)
 ARCHITECTURES = ("LlamaForSequenceClassification", "MistralForSequenceClassification",
                  "Qwen2ForSequenceClassification")
@@ -47,8 +49,7 @@ def readout_fn(model, pad_id: int | None):
     cfg = model.config
     if getattr(cfg, "pad_token_id", None) != pad_id:  # the model pools at its config's pad id
         return None
-    window = getattr(cfg, "sliding_window", None) if getattr(cfg, "use_sliding_window", True) else None  # Qwen2's switch
-    if (getattr(cfg, "_attn_implementation", None) != "sdpa" or window is not None
+    if (getattr(cfg, "_attn_implementation", None) != "sdpa" or sliding_window(cfg) is not None
             or getattr(model, "hf_device_map", None) or len(base.layers) != cfg.num_hidden_layers):
         return None
     last = base.layers[-1]

@@ -86,6 +86,33 @@ def test_top_level_byte_level_prefix_space_reset(folders):
     assert tok("hello there")["input_ids"] != file_ids(folders["prefix_space"], "hello there")
 
 
+def test_padding_saved_in_tokenizer_json(folders, texts):
+    """tokenizer.json's saved padding sets the side (right), over LlamaTokenizerFast's left, as in
+    4.51; calls without padding= still give each text's own ids."""
+    tok = load_tokenizer(str(folders["llama_padded"]))
+    assert tok.padding_side == "right"
+    assert ids(tok, texts) == [[0] + file_ids(folders["llama_padded"], t) for t in texts]
+    assert load_tokenizer(str(folders["llama_default"])).padding_side == "left"
+
+
+@pytest.mark.parametrize("text", [
+    "{}", '{"padding": null, "model": {}}', '{"padding"  :\n null}', '{"padding": {"direction": "Right"}}',
+    '{"model": {"vocab": {"padding": 5}}}',  # a vocabulary entry, no top-level key
+    '{"padding": null, "model": {"vocab": {"padding": 5}}}',
+    '{"model": {"vocab": {"padding": 5}}, "padding": {"direction": "Left"}}',
+    '{"added_tokens": [{"content": "\\"padding\\": 1"}], "padding": {"direction": "Right"}}',
+    '{"added_tokens": [{"content": "padding"}], "padding": null}', "not json"])
+def test_saved_padding_reads_as_a_full_parse(tmp_path, text):
+    """The shortcut that skips parsing tokenizer.json answers as parsing it does."""
+    path = tmp_path / "tokenizer.json"
+    path.write_text(text)
+    try:
+        expected = bool(json.loads(text).get("padding"))
+    except ValueError:
+        expected = False
+    assert tokenizer_loading.saved_padding(path) is expected
+
+
 def test_chat_templates_as_451(folders, tmp_path, backend):
     tok = load_tokenizer(str(folders["templates_list"]))
     assert tok.chat_template == {"default": TEMPLATE, "tool_use": "{{ messages[0]['content'] }}"}

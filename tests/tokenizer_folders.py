@@ -37,12 +37,14 @@ def backend(texts):
 
 
 def make_folder(root: Path, name: str, backend: Tokenizer, tokenizer_config: dict, model_type: str,
-                special_tokens_map: dict | None = None, pre_tokenizer=None) -> Path:
+                special_tokens_map: dict | None = None, pre_tokenizer=None, padding: dict | None = None) -> Path:
     d = root / name
     d.mkdir()
     tok = Tokenizer.from_str(backend.to_str())
     if pre_tokenizer is not None:
         tok.pre_tokenizer = pre_tokenizer
+    if padding is not None:  # saved in tokenizer.json's "padding"
+        tok.enable_padding(**padding)
     tok.save(str(d / "tokenizer.json"))
     (d / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
     (d / "config.json").write_text(json.dumps({"model_type": model_type}))
@@ -52,7 +54,7 @@ def make_folder(root: Path, name: str, backend: Tokenizer, tokenizer_config: dic
 
 
 SPECIALS = {"bos_token": "<s>", "eos_token": "</s>"}
-# name: (tokenizer_config.json, model_type, special_tokens_map.json, pre-tokenizer override)
+# name: (tokenizer_config.json, model_type, special_tokens_map.json, pre-tokenizer override, padding)
 FOLDERS = {
     # the issue's folder: PreTrainedTokenizerFast under qwen2, no pad (transformers 5 builds Qwen2Tokenizer)
     "qwen2_ptf": ({"tokenizer_class": "PreTrainedTokenizerFast", **SPECIALS, "chat_template": TEMPLATE}, "qwen2"),
@@ -77,6 +79,9 @@ FOLDERS = {
                                           {"name": "tool_use", "template": "{{ messages[0]['content'] }}"}]}, "llama"),
     "prefix_space": ({"tokenizer_class": "PreTrainedTokenizerFast", **SPECIALS}, "llama", None,
                      pre_tokenizers.ByteLevel(add_prefix_space=True)),
+    # padding saved in tokenizer.json: its side wins over LlamaTokenizerFast's left
+    "llama_padded": ({"tokenizer_class": "LlamaTokenizerFast", **SPECIALS}, "llama", None, None,
+                     {"direction": "right", "pad_id": 1, "pad_token": "</s>"}),
 }
 
 

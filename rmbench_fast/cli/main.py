@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -130,6 +131,16 @@ def _print_run(run, summary, out_dir):
         click.echo(f"results: {files}, {out_dir}/summary.json, {out_dir}/run.json")
 
 
+def _startup_collector(o) -> bool:
+    """Whether `score` keeps the cyclic garbage collector paused until its first model pass, which
+    turns it on for the pass (engine.score). The imports and loading before a pass (torch,
+    transformers: a million objects that live as long as the process) otherwise set off full
+    collections over all of them: 0.3-0.6 s of a run's fixed cost on a 2-core CPU (issue 34). Only
+    for passes computed here (no --engine ray, no --tp): elsewhere this process would run long with
+    the collector off."""
+    return o.engine == "local" and o.tp == 1
+
+
 @main.command()
 @click.option("--model", required=True, help="Reward model or DPO policy: a local folder or a hub id.")
 @click.option("--output", "-o", default=None, help="Folder for results.json, summary.json and run.json.")
@@ -144,15 +155,23 @@ def score(model, output, **kw):
     store (unless --no-cache), so the same command again recomputes nothing, and an interrupted
     run resumes where it stopped.
     """
-    from ..engine.finished import finished_run, stored_run
+    collecting = gc.isenabled()
+    gc.disable()  # the start-up without the cyclic collector (_startup_collector)
+    try:
+        from ..engine.finished import finished_run, stored_run
 
-    o = score_options(model, output, kw)
-    started = (click.get_current_context().obj or {}).get("started")  # the console command's start
-    # the same run finished before, here or into another folder: read back, without loading anything
-    result = finished_run(o) or stored_run(o, started=started)
-    if result is None:
-        from ..engine.score import score as run_score
-        result = run_score(o, read_back=False, started=started)
+        o = score_options(model, output, kw)
+        if not _startup_collector(o):
+            gc.enable()
+        started = (click.get_current_context().obj or {}).get("started")  # the console command's start
+        # the same run finished before, here or into another folder: read back, without loading anything
+        result = finished_run(o) or stored_run(o, started=started)
+        if result is None:
+            from ..engine.score import score as run_score
+            result = run_score(o, read_back=False, started=started)
+    finally:
+        if collecting:
+            gc.enable()
     _print_run(result.run, result.summary, output)
     if not output:
         click.echo("rmbench-fast: nothing saved: no --output given; pass --output DIR to write results.json, "

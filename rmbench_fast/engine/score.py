@@ -54,6 +54,10 @@ def _local(prep: Prepared, o: ScoreOptions, model_path: str, lent=None):
         freeze = lent is None and prep.given is None and gc.get_freeze_count() == 0
         if freeze:
             gc.freeze()
+        # a pass collects its own cycles as they come, over hours of batches, though its caller paused the
+        # collector (the command line does for its start-up: cli.main._startup_collector); paused again after
+        paused = not gc.isenabled()
+        gc.enable()
         try:
             plan = pass_plan(prep, o, model_path, todo, lent)  # the memory pre-flight and --device-map's placement
             with model_for_pass(prep.scorer, model_path, lent, prep.dtype, prep.target.compute, o.trust_remote_code,
@@ -75,6 +79,8 @@ def _local(prep: Prepared, o: ScoreOptions, model_path: str, lent=None):
             gc.collect()  # the model's cycles: 0.18 s over torch's and transformers' objects too, ~0.01 s without
             if freeze:
                 gc.unfreeze()  # what was frozen is collectable again, by the next collection
+            if paused:
+                gc.disable()
 
     return compute
 

@@ -5,8 +5,8 @@ and how low it could go without transformers (issue 34's goal: 1.5 s, --no-cache
 
 Three measurements, each repeated (--repeats) in fresh processes, medians kept:
 1. `python -c pass`: the interpreter's own start and exit;
-2. one process importing and loading, one step after another, what a run needs before its first
-   forward: torch, numba, the small libraries (tokenizers, jinja2, safetensors), rmbench_fast's run
+2. one process importing and loading, one step after another, with the cyclic garbage collector
+   paused as `rmbench-fast score` pauses it, what a run needs before its first forward: torch, numba, the small libraries (tokenizers, jinja2, safetensors), rmbench_fast's run
    modules, the tokenizer file through `tokenizers` alone; then transformers, AutoConfig's name,
    AutoConfig.from_pretrained, the tokenizer as the run loads it (as 4.51 would) and modeling_llama
    (which a run imports while loading the model, so outside fixed_s). Each step's seconds are
@@ -34,7 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 STEPS = r"""
-import json, sys, time
+import gc, json, sys, time
+gc.disable()  # as `rmbench-fast score` starts (cli.main._startup_collector)
 folder = sys.argv[1]
 out, last = {}, [time.perf_counter()]
 def step(name):

@@ -3,13 +3,13 @@ imports and loading, whose million lasting objects made its full collections cos
 model pass computed here runs with it on, and whoever paused it gets it back paused."""
 
 import gc
-from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
 
 import rmbench_fast.engine.score as score_mod
-from rmbench_fast.cli.main import _startup_collector, main
+from rmbench_fast.cli.main import main
+from rmbench_fast.engine.runtime import pauses_collector, startup_without_collector
 from rmbench_fast.engine.score import ScoreOptions, score
 
 
@@ -58,7 +58,16 @@ def test_command_line_score_pauses_the_collector_until_its_pass(world, tmp_path,
     assert gc.isenabled()
 
 
-def test_the_pause_only_where_passes_run_in_this_process():
-    assert _startup_collector(SimpleNamespace(engine="local", tp=1))
-    assert not _startup_collector(SimpleNamespace(engine="ray", tp=1))
-    assert not _startup_collector(SimpleNamespace(engine="local", tp=2))
+def test_the_pause_only_where_passes_run_in_this_process(collector):
+    assert pauses_collector("local", 1)
+    assert not pauses_collector("ray", 1) and not pauses_collector("local", 2)
+    gc.enable()
+    with startup_without_collector() as resume:
+        assert not gc.isenabled()
+        resume()
+        assert gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    with pytest.raises(KeyError), startup_without_collector():
+        raise KeyError("a failing run")
+    assert not gc.isenabled()  # as before the block

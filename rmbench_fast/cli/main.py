@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import sys
@@ -10,8 +9,9 @@ import sys
 import click
 
 from .. import __version__
-from ..engine.runtime import process_age_s
+from ..engine.runtime import pauses_collector, process_age_s, startup_without_collector
 from ..errors import RmbenchError, UsageError, one_line
+from .adapters import adapters
 from .cache import cache
 from .compare import compare
 from .data import data
@@ -131,16 +131,6 @@ def _print_run(run, summary, out_dir):
         click.echo(f"results: {files}, {out_dir}/summary.json, {out_dir}/run.json")
 
 
-def _startup_collector(o) -> bool:
-    """Whether `score` keeps the cyclic garbage collector paused until its first model pass, which
-    turns it on for the pass (engine.score). The imports and loading before a pass (torch,
-    transformers: a million objects that live as long as the process) otherwise set off full
-    collections over all of them: 0.3-0.6 s of a run's fixed cost on a 2-core CPU (issue 34). Only
-    for passes computed here (no --engine ray, no --tp): elsewhere this process would run long with
-    the collector off."""
-    return o.engine == "local" and o.tp == 1
-
-
 @main.command()
 @click.option("--model", required=True, help="Reward model or DPO policy: a local folder or a hub id.")
 @click.option("--output", "-o", default=None, help="Folder for results.json, summary.json and run.json.")
@@ -155,23 +145,18 @@ def score(model, output, **kw):
     store (unless --no-cache), so the same command again recomputes nothing, and an interrupted
     run resumes where it stopped.
     """
-    collecting = gc.isenabled()
-    gc.disable()  # the start-up without the cyclic collector (_startup_collector)
-    try:
+    with startup_without_collector() as resume:
         from ..engine.finished import finished_run, stored_run
 
         o = score_options(model, output, kw)
-        if not _startup_collector(o):
-            gc.enable()
+        if not pauses_collector(o.engine, o.tp):
+            resume()
         started = (click.get_current_context().obj or {}).get("started")  # the console command's start
         # the same run finished before, here or into another folder: read back, without loading anything
         result = finished_run(o) or stored_run(o, started=started)
         if result is None:
             from ..engine.score import score as run_score
             result = run_score(o, read_back=False, started=started)
-    finally:
-        if collecting:
-            gc.enable()
     _print_run(result.run, result.summary, output)
     if not output:
         click.echo("rmbench-fast: nothing saved: no --output given; pass --output DIR to write results.json, "
@@ -253,36 +238,12 @@ def bench(args):
     runpy.run_path(str(script), run_name="__main__")
 
 
+main.add_command(adapters)
 main.add_command(cache)
 main.add_command(data)
 main.add_command(judge)
 main.add_command(leaderboard)
 main.add_command(compare)
-
-
-@main.command()
-@click.option("--json", "as_json", is_flag=True, help="Print the adapters as JSON.")
-def adapters(as_json):
-    """The reward-model adapters: families of reward models that are not a plain sequence classifier
-    with one logit, each scored as the official flow scores it. `score` picks one from the model's
-    name (the official REWARD_MODEL_CONFIG names), else its architecture or auto_map; --adapter NAME
-    picks one by hand."""
-    from ..adapters import ADAPTERS
-
-    rows = [{"name": a.name, "summary": a.summary, "official_names": list(a.official_names),
-             "architectures": list(a.architectures), "auto_map": list(a.auto_map), "weights": list(a.weights),
-             "files": list(a.files), "notes": list(a.notes)}
-            for a in ADAPTERS]
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
-    for r in rows:
-        click.echo(f"{r['name']}: {r['summary']}")
-        for key in ("official_names", "architectures", "auto_map", "weights", "files"):
-            if r[key]:
-                click.echo(f"  {key.replace('_', ' ')}: {', '.join(r[key])}")
-        for n in r["notes"]:
-            click.echo(f"  note: {n}")
 
 
 def entry():

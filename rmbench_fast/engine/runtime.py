@@ -11,7 +11,9 @@ under it (engine: 2048 tokens by default), the same pass takes a few thousand fa
 from __future__ import annotations
 
 import ctypes
+import gc
 import platform
+from contextlib import contextmanager
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
@@ -45,3 +47,26 @@ def process_age_s() -> float | None:
         return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
     except (OSError, ValueError, IndexError):
         return None
+
+
+@contextmanager
+def startup_without_collector():
+    """The block runs with the cyclic garbage collector paused (`rmbench-fast score` around its run),
+    which each model pass computed in this process turns on for itself (engine.score). The imports
+    and loading before a pass (torch, transformers: a million objects that live as long as the
+    process) otherwise set off full collections over all of them: 0.3-0.6 s of a run's fixed cost
+    on a 2-core CPU (issue 34). Yields resume(), which turns it back on for the rest of the block;
+    after the block it is as before."""
+    on = gc.isenabled()
+    gc.disable()
+    try:
+        yield gc.enable
+    finally:
+        if on:
+            gc.enable()
+
+
+def pauses_collector(engine: str, tp: int) -> bool:
+    """Whether a run keeps the collector paused until its first pass: only where its passes compute in
+    this process (not on Ray, not over --tp ranks), else this process would run long without it."""
+    return engine == "local" and tp == 1

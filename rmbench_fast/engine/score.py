@@ -55,7 +55,7 @@ def _local(prep: Prepared, o: ScoreOptions, model_path: str, lent=None):
         if freeze:
             gc.freeze()
         # a pass collects its own cycles as they come, over hours of batches, though its caller paused the
-        # collector (the command line does for its start-up: cli.main._startup_collector); paused again after
+        # collector (the command line does for its start-up: engine.runtime.startup_without_collector); paused again after
         paused = not gc.isenabled()
         gc.enable()
         try:

@@ -45,6 +45,36 @@ def test_split_attention_is_attention_on_prefix_and_suffix(heads, kv_heads):
             assert float((out[r, h].double() - want).abs().max()) < 1e-5
 
 
+def test_split_attention_in_bfloat16_is_within_its_rounding():
+    """A bf16 DPO run shares prefixes on the CPU too: there the suffix's own attention is rounded to
+    bf16 before the merge, and the merge's result again. Against fp64, that stays within the error
+    of one bf16 SDPA over prefix and suffix at once (what the unshared forward computes), give or
+    take one bf16 step of the output."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(2)
+    b, heads, length, d, lengths = 2, 4, 24, 32, [40, 17]
+    starts = [0, 40]
+    flat_k, flat_v = (torch.randn(57, heads, d) for _ in range(2))
+    q, k, v = (torch.randn(b, heads, length, d) for _ in range(3))
+    split = SplitPrefix([(flat_k.bfloat16(), flat_v.bfloat16())], list(zip(starts, lengths)))
+    out = split_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), split, layer=0, scale=d ** -0.5)
+    assert out.dtype == torch.bfloat16
+    for r in range(b):
+        keys = torch.cat([flat_k[starts[r]:starts[r] + lengths[r]].transpose(0, 1), k[r]], dim=1)  # [heads, P + L, d]
+        values = torch.cat([flat_v[starts[r]:starts[r] + lengths[r]].transpose(0, 1), v[r]], dim=1)
+        # the bf16-rounded inputs both paths see, in fp64
+        q64, k64, v64 = (x.bfloat16().double() for x in (q[r], keys, values))
+        want = torch.stack([naive(q64[h], k64[h], v64[h], d ** -0.5) for h in range(heads)])
+        allowed = torch.arange(keys.shape[1])[None, :] <= lengths[r] + torch.arange(length)[:, None]
+        whole = F.scaled_dot_product_attention(q[r:r + 1].bfloat16(), keys[None].bfloat16(), values[None].bfloat16(),
+                                               attn_mask=allowed, scale=d ** -0.5)[0]
+        err_split = float((out[r].double() - want).abs().max())
+        err_whole = float((whole.double() - want).abs().max())
+        step = float(want.abs().max()) * 2.0 ** -8  # one bf16 step at the output's largest magnitude
+        assert err_split <= err_whole + step, (err_split, err_whole, step)
+
+
 def test_registered_attention_without_a_split_is_sdpa():
     """Outside a split forward the registered implementation is causal SDPA, as transformers' own."""
     import torch.nn.functional as F

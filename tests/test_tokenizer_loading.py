@@ -101,15 +101,15 @@ def test_padding_saved_in_tokenizer_json(folders, texts):
     '{"padding": null, "model": {"vocab": {"padding": 5}}}',
     '{"model": {"vocab": {"padding": 5}}, "padding": {"direction": "Left"}}',
     '{"added_tokens": [{"content": "\\"padding\\": 1"}], "padding": {"direction": "Right"}}',
-    '{"added_tokens": [{"content": "padding"}], "padding": null}', "not json"])
+    '{"added_tokens": [{"content": "padding"}], "padding": null}', "not json",
+    '{"\\u0070adding": {"direction": "Right"}}', '{"paddin\\u0067" : {"direction": "Right"}}',  # escaped letters
+    '{"padding": null, "model": {"vocab": {"\\u0050adding": 1, "\\\\u0070adding": 2}}}',
+    '\ufeff{"padding": {"direction": "Right"}}', "[1, 2]"])  # a BOM: read_json's text does not parse
 def test_saved_padding_reads_as_a_full_parse(tmp_path, text):
-    """The shortcut that skips parsing tokenizer.json answers as parsing it does."""
+    """The shortcut that skips parsing tokenizer.json answers as read_json's parse does."""
     path = tmp_path / "tokenizer.json"
-    path.write_text(text)
-    try:
-        expected = bool(json.loads(text).get("padding"))
-    except ValueError:
-        expected = False
+    path.write_text(text, encoding="utf-8")
+    expected = bool(tokenizer_loading.read_json(path).get("padding"))
     assert tokenizer_loading.saved_padding(path) is expected
 
 

@@ -67,7 +67,20 @@ def test_the_pause_only_where_passes_run_in_this_process(collector):
         resume()
         assert gc.isenabled()
     assert gc.isenabled()
+    for before in (True, False):  # a failing run leaves it as it was
+        gc.enable() if before else gc.disable()
+        with pytest.raises(KeyError), startup_without_collector():
+            assert not gc.isenabled()
+            raise KeyError("a failing run")
+        assert gc.isenabled() is before
+
+
+def test_a_failing_pass_gives_the_pause_back(world, collector):
+    def fail(role, batch):
+        assert gc.isenabled()
+        raise KeyError("a failing batch")
+
     gc.disable()
-    with pytest.raises(KeyError), startup_without_collector():
-        raise KeyError("a failing run")
-    assert not gc.isenabled()  # as before the block
+    with pytest.raises(KeyError):
+        score(ScoreOptions(model=world["rm"], data=world["data"], cache=False), hooks=fail)
+    assert not gc.isenabled() and gc.get_freeze_count() == 0

@@ -56,7 +56,9 @@ def startup_without_collector():
     and loading before a pass (torch, transformers: a million objects that live as long as the
     process) otherwise set off full collections over all of them: 0.3-0.6 s of a run's fixed cost
     on a 2-core CPU (issue 34). Yields resume(), which turns it back on for the rest of the block;
-    after the block it is as before."""
+    after the block it is as before. What the start-up leaves in cycles is frozen with the rest at
+    the first pass and never collected before the process ends: a bounded amount (peak memory +10 MB
+    in a measured run), nothing per batch."""
     on = gc.isenabled()
     gc.disable()
     try:

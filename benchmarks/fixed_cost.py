@@ -6,16 +6,19 @@ and how low it could go without transformers (issue 34's goal: 1.5 s, --no-cache
 Three measurements, each repeated (--repeats) in fresh processes, medians kept:
 1. `python -c pass`: the interpreter's own start and exit;
 2. one process importing and loading, one step after another, with the cyclic garbage collector
-   paused as `rmbench-fast score` pauses it, what a run needs before its first forward: torch, numba, the small libraries (tokenizers, jinja2, safetensors), rmbench_fast's run
-   modules, the tokenizer file through `tokenizers` alone; then transformers, AutoConfig's name,
+   paused as `rmbench-fast score` pauses it, what a run needs before its first forward: torch,
+   numba, the small libraries (tokenizers, jinja2, safetensors), rmbench_fast's run modules, the
+   tokenizer file through `tokenizers` alone; then transformers, AutoConfig's name,
    AutoConfig.from_pretrained, the tokenizer as the run loads it (as 4.51 would) and modeling_llama
    (which a run imports while loading the model, so outside fixed_s). Each step's seconds are
    what it adds after the steps before it;
 3. the run itself: `rmbench-fast score --model RM --no-cache` (--limit prompts per domain), its
    run.json timing and the whole process's wall time.
-The "floor without transformers" adds the steps of 2 that a transformers-free path would still
-take (interpreter, torch, numba, small libraries, ours, the tokenizer file) to the run's own
-tokenization and finishing: the least fixed_s any path that imports torch and numba can have here.
+The "floor without transformers" is the run's own fixed_s less what its transformers steps cost
+in 2 (its import, AutoConfig, the tokenizer as transformers builds it), plus what a path without
+them would pay instead (the tokenizer file through `tokenizers` alone): what the run would cost
+with everything else as it is. (Adding up the other steps instead would leave out the run's own
+bookkeeping and count numba, whose import overlaps the passes.)
 Time nothing else on the machine meanwhile.
 """
 
@@ -35,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 STEPS = r"""
 import gc, json, sys, time
-gc.disable()  # as `rmbench-fast score` starts (cli.main._startup_collector)
+gc.disable()  # as `rmbench-fast score` starts (engine.runtime.startup_without_collector)
 folder = sys.argv[1]
 out, last = {}, [time.perf_counter()]
 def step(name):
@@ -55,8 +58,6 @@ load_tokenizer(folder); step("the tokenizer as a run loads it")
 import transformers.models.llama.modeling_llama; step("modeling_llama (in model loading)")
 print(json.dumps(out))
 """
-WITHOUT_TRANSFORMERS = ("torch", "numba", "tokenizers, jinja2, safetensors", "rmbench_fast (run modules)",
-                        "tokenizer.json through tokenizers")
 TRANSFORMERS = ("transformers", "AutoConfig (its name)", "AutoConfig.from_pretrained",
                 "the tokenizer as a run loads it")
 
@@ -96,19 +97,19 @@ def main() -> None:
             timing = json.loads((Path(out) / "run.json").read_text())["timing"]
         runs.append({**{k: v for k, v in timing.items() if isinstance(v, float)}, "whole_process_s": s})
     run = median_of(runs)
-    without = interpreter + sum(steps[k] for k in WITHOUT_TRANSFORMERS)
-    floor = without + run["tokenize_s"] + run["finish_s"]
+    transformers_s = sum(steps[k] for k in TRANSFORMERS)
+    floor = run["fixed_s"] - transformers_s + steps["tokenizer.json through tokenizers"]
     result = {
         "command": f"python benchmarks/fixed_cost.py --model-dir {a.model_dir} --limit {a.limit} "
                    f"--repeats {a.repeats} --out F",
         "machine": os.environ.get("RMBENCH_MACHINE", "unnamed: set RMBENCH_MACHINE"),
         "threads": __import__("torch").get_num_threads(), "repeats": a.repeats, "limit_per_domain": a.limit,
         "interpreter_s": interpreter, "steps_s": steps, "run_timing_s": run, "runs": runs,
-        "transformers_steps_s": sum(steps[k] for k in TRANSFORMERS),
+        "transformers_steps_s": transformers_s,
         "floor_without_transformers_s": floor,
         "note": "steps_s: each step's seconds after the ones before it, in one process (medians of fresh "
-                "processes); floor_without_transformers_s: interpreter + the steps a transformers-free path "
-                "still takes + this run's tokenize_s and finish_s",
+                "processes); floor_without_transformers_s: the run's fixed_s - transformers_steps_s + the "
+                "tokenizer file through tokenizers alone",
     }
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(result, indent=1) + "\n")

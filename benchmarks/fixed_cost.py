@@ -14,11 +14,9 @@ Three measurements, each repeated (--repeats) in fresh processes, medians kept:
    what it adds after the steps before it;
 3. the run itself: `rmbench-fast score --model RM --no-cache` (--limit prompts per domain), its
    run.json timing and the whole process's wall time.
-The "floor without transformers" is the run's own fixed_s less what its transformers steps cost
-in 2 (its import, AutoConfig, the tokenizer as transformers builds it), plus what a path without
-them would pay instead (the tokenizer file through `tokenizers` alone): what the run would cost
-with everything else as it is. (Adding up the other steps instead would leave out the run's own
-bookkeeping and count numba, whose import overlaps the passes.)
+A plain Llama folder scores without transformers (docs/scoring.md): the run of 3 then imports
+none of it, and the transformers steps of 2 are what a folder the native path cannot take pays on
+top (`transformers_in_run` says which the run was).
 Time nothing else on the machine meanwhile.
 """
 
@@ -96,9 +94,12 @@ def main() -> None:
                          "--no-cache", "-o", out], env=env)
             timing = json.loads((Path(out) / "run.json").read_text())["timing"]
         runs.append({**{k: v for k, v in timing.items() if isinstance(v, float)}, "whole_process_s": s})
+    with tempfile.TemporaryDirectory() as out:  # once more, untimed: does the run import transformers?
+        _, done = wall([py, "-X", "importtime", "-m", "rmbench_fast", "score", "--model", rm, "--data", a.data,
+                        "--limit", "1", "--no-cache", "-o", out], env=env)
+    imported = any(line.rstrip().endswith("| transformers") for line in done.stderr.splitlines())
     run = median_of(runs)
     transformers_s = sum(steps[k] for k in TRANSFORMERS)
-    floor = run["fixed_s"] - transformers_s + steps["tokenizer.json through tokenizers"]
     result = {
         "command": f"python benchmarks/fixed_cost.py --model-dir {a.model_dir} --limit {a.limit} "
                    f"--repeats {a.repeats} --out F",
@@ -106,10 +107,9 @@ def main() -> None:
         "threads": __import__("torch").get_num_threads(), "repeats": a.repeats, "limit_per_domain": a.limit,
         "interpreter_s": interpreter, "steps_s": steps, "run_timing_s": run, "runs": runs,
         "transformers_steps_s": transformers_s,
-        "floor_without_transformers_s": floor,
+        "transformers_in_run": imported,
         "note": "steps_s: each step's seconds after the ones before it, in one process (medians of fresh "
-                "processes); floor_without_transformers_s: the run's fixed_s - transformers_steps_s + the "
-                "tokenizer file through tokenizers alone",
+                "processes); run_timing_s: the run's own timing (run.json), medians of its repeats",
     }
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(result, indent=1) + "\n")

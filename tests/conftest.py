@@ -298,6 +298,7 @@ TRANSFORMERS_VERSION_FILES = {
     "test_tokenizer_facts.py", "test_tokenizer_loading.py", "test_tokenizer_loading_real.py", "test_tp.py",
     "test_tp_adapters.py", "test_verdict_scorer.py", "test_benchmarks_score.py", "test_store_trust.py",
     "test_judge_keys.py", "test_readout.py", "test_prefix_attention.py",
+    "test_native_config.py", "test_native_llama.py",
 }
 # Tests of those files left out of the 4.51 pass, because other 4.51 tests cover the part of them that
 # depends on transformers (CI's 30 minutes)
@@ -329,3 +330,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
         if file in TRANSFORMERS_VERSION_FILES and not _listed(item.name, NOT_TRANSFORMERS_VERSION.get(file, {})):
             item.add_marker(pytest.mark.transformers_version)
+
+
+@pytest.fixture
+def no_native(monkeypatch):
+    """Runs load transformers' config, tokenizer and model, as they did before the path without
+    transformers (models.native_config, native_tokenizer, native_llama)."""
+    from rmbench_fast.models import loading
+
+    monkeypatch.setattr(loading, "_native_model", lambda *a, **k: None)
+    monkeypatch.setattr("rmbench_fast.models.native_config.native_config", lambda *a, **k: None)
+    monkeypatch.setattr("rmbench_fast.models.native_tokenizer.native_tokenizer", lambda *a, **k: None)

@@ -12,24 +12,27 @@ import torch
 from transformers import LlamaModel
 
 from rmbench_fast.engine.score import ScoreOptions, score
+from rmbench_fast.models.native_llama import LlamaModel as NativeLlamaModel
 
 
 def inject(monkeypatch, fail_at: set):
-    """Every decoder forward counted (and its kind: a prefix batch asks for a cache); the calls
-    numbered in `fail_at` raise an out-of-memory error instead."""
-    real = LlamaModel.forward
+    """Every decoder forward counted (and its kind: a prefix batch asks for a cache), transformers'
+    Llama and the native one alike; the calls numbered in `fail_at` raise an out-of-memory error instead."""
     calls = []
 
-    @functools.wraps(real)
-    def forward(self, *args, **kwargs):
-        ids = kwargs.get("input_ids", args[0] if args else None)
-        kind = "prefix" if kwargs.get("use_cache") and kwargs.get("position_ids") is None else "other"
-        calls.append((kind, int(ids.shape[0])))
-        if len(calls) - 1 in fail_at:
-            raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
-        return real(self, *args, **kwargs)
+    def wrapped(real):
+        @functools.wraps(real)
+        def forward(self, *args, **kwargs):
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            kind = "prefix" if kwargs.get("use_cache") and kwargs.get("position_ids") is None else "other"
+            calls.append((kind, int(ids.shape[0])))
+            if len(calls) - 1 in fail_at:
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
+            return real(self, *args, **kwargs)
+        return forward
 
-    monkeypatch.setattr(LlamaModel, "forward", forward)
+    for cls in (LlamaModel, NativeLlamaModel):
+        monkeypatch.setattr(cls, "forward", wrapped(cls.forward))
     return calls
 
 

@@ -226,10 +226,11 @@ def test_an_eager_config_gets_the_same_preflight_from_stored_facts(trust, tmp_pa
 
 
 @pytest.mark.parametrize("case", ["rm", "policy", "slow-tokenizer", "sentencepiece", "adapter"])
-def test_every_read_of_a_run_is_answered_as_the_real_objects_do(trust, tmp_path, monkeypatch, case):
+def test_every_read_of_a_run_is_answered_as_the_real_objects_do(trust, tmp_path, monkeypatch, case, no_native):
     """A first run with the real config and tokenizer records every attribute the package reads of
     them (their classes' __getattribute__, not a hand list); stored facts of the same objects must
-    answer each of those reads as the real objects do."""
+    answer each of those reads as the real objects do, and so must the config and tokenizer read
+    without transformers (models.native_config, native_tokenizer) where the folder allows them."""
     from test_config_facts import answer
     from transformers import PretrainedConfig
     from transformers.tokenization_utils_base import PreTrainedTokenizerBase
@@ -284,6 +285,20 @@ def test_every_read_of_a_run_is_answered_as_the_real_objects_do(trust, tmp_path,
     jinja = ChatFormat(tok, None).jinja
     kept = stored_tokenizer(json.loads(json.dumps(tokenizer_facts(tok, jinja))), lambda: tok)
     wrong += [f"tokenizer.{n}" for n in sorted(reads["tokenizer"]) if answer(kept, n) != answer(tok, n)]
+    from rmbench_fast.models import native_config, native_tokenizer
+
+    native = native_config.native_config(path, lambda: config)  # what it does not answer, the real one does
+    if native is not None:
+        names = sorted(reads["config"] | reads.get("text config", set()))
+        wrong += [f"native config.{n}" for n in names if answer(native, n) != answer(config, n)]
+    assert (native is not None) == (case != "adapter")  # the adapter's folder is not a plain Llama
+    native = native_tokenizer.native_tokenizer(tok_path, lambda: tok)
+    from rmbench_fast.models.versions import transformers_version
+
+    # the others have no tokenizer.json; under transformers 4 the loader is AutoTokenizer's, and so is the run's
+    assert (native is not None) == (case in ("rm", "policy", "adapter") and transformers_version() >= (5,))
+    if native is not None:
+        wrong += [f"native tokenizer.{n}" for n in sorted(reads["tokenizer"]) if answer(native, n) != answer(tok, n)]
     assert not wrong, wrong
 
 

@@ -185,7 +185,7 @@ def _stored_tokenizer(path: str, trust_remote_code: bool, store: Store, chat_tem
     from ..store.keys import tokenizer_facts_key
 
     if not store.enabled:
-        return load_tokenizer(path, trust_remote_code)
+        return load_tokenizer(path, trust_remote_code, native=True)
     choice = chat_template
     if choice is not None and Path(choice).is_file():  # a Jinja file: its text, not its name
         choice = Path(choice).read_text(encoding="utf-8")
@@ -258,6 +258,9 @@ def prepare(o: ScoreOptions, store: Store, reuse: dict | None = None, given: Giv
             store.put(tok_key, pack(seqs))
     tokenize_s = time.perf_counter() - t0
     context_check(samples, seqs, config, compat)
+    # a plain Llama without transformers (models.native_llama) takes unmasked batches in this process only
+    scorer.native = (o.engine == "local" and o.tp == 1 and not o.device_map and not compat
+                     and not scorer.masks_attention(seqs, range(len(seqs)), is_causal_decoder(config)))
     lengths = np.array([len(e.ids) for e in seqs], dtype=np.int64)
     max_tokens = o.max_tokens_per_batch or DEFAULT_MAX_TOKENS.get(device.type, DEFAULT_MAX_TOKENS["cuda"])
     plan = None

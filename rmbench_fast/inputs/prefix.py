@@ -33,7 +33,7 @@ from ..models.kinds import base_model, text_config
 from ..store.fingerprints import sha256_text
 from .batching import Batch, forward, halves, make_batches, mask_first_tokens, pad_rows
 from .layout import PER_PROMPT
-from .prefix_attention import KEY, SplitPrefix, applies
+from .prefix_attention import KEY, NATIVE, SplitPrefix, applies
 
 log = logging.getLogger("rmbench_fast")
 
@@ -177,6 +177,8 @@ class PrefixKV:
         # rather than through a masked cache: both the decoder and the whole model must take it, so
         # that the self-check (on the decoder) checks the path that scores (an RM's whole model)
         self.split = applies(model, self.base, device) and applies(model, model, device)
+        if not self.split and type(model).__module__ == NATIVE:  # it takes no cache: nothing shared
+            self.enabled, self.note = False, "off: the split attention does not apply and this model takes no cache"
         self.used: set[str] = set()  # the ways suffix batches attended to their prefixes
 
     @torch.inference_mode()

@@ -23,11 +23,12 @@ from dataclasses import dataclass
 
 import torch
 
-from ..models.kinds import forward_keywords, sliding_window
+from ..models.kinds import SPLIT_PREFIX, forward_keywords, sliding_window
 
 NAME = "rmbench_split_prefix"  # the attention implementation's name in transformers' registry
-KEY = "rmbench_split_prefix"  # the model argument that carries a batch's SplitPrefix
+KEY = SPLIT_PREFIX  # the model argument that carries a batch's SplitPrefix
 MODEL_TYPES = ("llama", "mistral", "qwen2")  # attention modules that hand post-rotary states to the registry
+NATIVE = "rmbench_fast.models.native_llama"  # its attention takes KEY itself (SplitPrefix.attend): nothing to switch
 
 
 @dataclass
@@ -36,6 +37,10 @@ class SplitPrefix:
 
     layers: list[tuple[torch.Tensor, torch.Tensor]]  # per layer: the prefixes' keys, values [tokens, kv heads, dim]
     rows: list[tuple[int, int]]  # per batch row: its prefix's first row in `layers`, its length (0: none)
+
+    def attend(self, query, key, value, layer: int, scale=None) -> torch.Tensor:
+        """split_attention of a layer's states on this split (for attention modules that take it themselves)."""
+        return split_attention(query, key, value, self, layer, scale)
 
 
 def _flash(q, k, v, causal: bool, scale):
@@ -95,7 +100,7 @@ def applies(model, module, device) -> bool:
     cfg = getattr(model, "config", None)
     if torch.device(device).type != "cpu" or cfg is None or model.training:
         return False
-    if not expected(cfg) or not type(model).__module__.startswith("transformers."):
+    if not expected(cfg) or not type(model).__module__.startswith(("transformers.", NATIVE)):
         return False
     if getattr(cfg, "_attn_implementation", None) != "sdpa":
         return False
@@ -108,6 +113,9 @@ def applies(model, module, device) -> bool:
 @contextmanager
 def switched(module):
     """`module`'s model uses NAME for the block (registered on first use), then its own again."""
+    if type(module).__module__ == NATIVE:
+        yield
+        return
     from transformers.modeling_utils import AttentionInterface
 
     if NAME not in AttentionInterface._global_mapping:

@@ -159,7 +159,9 @@ class StoredConfig:
             return self.__dict__["_path"]
         if name in f["real"]:
             return getattr(self.real, name)
-        raise AttributeError(f"{f['class']} (stored) has no attribute '{name}'")
+        if name in f.get("absent", ()) or not f.get("open"):  # open: facts that are not every name (native_config)
+            raise AttributeError(f"{f['class']} (stored) has no attribute '{name}'")
+        return getattr(self.real, name)
 
     def __setattr__(self, name, value):
         raise AttributeError("a stored config is read-only")
@@ -171,6 +173,8 @@ class StoredConfig:
         return StoredConfig(f["text"], self.__dict__["_path"], real_of=lambda: self.real)
 
     def to_dict(self) -> dict:
+        if self.__dict__["_facts"].get("open"):
+            return self.real.to_dict()
         return dict(self.__dict__["_facts"]["attrs"])
 
     def __repr__(self) -> str:

@@ -9,6 +9,9 @@ import inspect
 
 from ..errors import UsageError
 
+# the model argument that carries a suffix batch's shared prefixes (inputs.prefix_attention.SplitPrefix)
+SPLIT_PREFIX = "rmbench_split_prefix"
+
 # The suffix of a config.json `architectures` entry -> what the model is. "lm": it has a
 # language-model head over the vocabulary (AutoModelForCausalLM loads it; ForConditionalGeneration
 # covers the multimodal decoders such as Gemma 3); "rm": one head of scores per sequence.

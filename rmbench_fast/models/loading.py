@@ -30,6 +30,12 @@ def load_config(path: str, trust_remote_code: bool, store=None):
     later runs read them without the config class (models.config_facts)."""
     if store is not None and store.enabled:
         return _stored_config(path, trust_remote_code, store)
+    if not trust_remote_code:  # a plain Llama's config.json answers without transformers (native_config)
+        from .native_config import native_config
+
+        config = native_config(path, lambda: _load_config(path, trust_remote_code))
+        if config is not None:
+            return config
     return _load_config(path, trust_remote_code)
 
 
@@ -114,13 +120,19 @@ def tokenizer_folder(path: str) -> str:
     return hub_snapshot(path, "tokenizer")
 
 
-def load_tokenizer(path: str, trust_remote_code: bool):
-    """The tokenizer as the official flow (transformers 4.51) loads it (tokenizer_loading)."""
+def load_tokenizer(path: str, trust_remote_code: bool, native: bool = False):
+    """The tokenizer as the official flow (transformers 4.51) loads it (tokenizer_loading). native: built
+    with `tokenizers` alone where native_tokenizer can (it loads the real one for anything else)."""
     from .tokenizer_loading import load_tokenizer as load_as_official
 
     check_model_path(path, "tokenizer")
     try:
-        tok = load_as_official(path, trust_remote_code=trust_remote_code)
+        tok = None
+        if native and not trust_remote_code:
+            from .native_tokenizer import native_tokenizer
+
+            tok = native_tokenizer(path, lambda: load_tokenizer(path, trust_remote_code))
+        tok = tok if tok is not None else load_as_official(path, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, TypeError) as e:
         raise UsageError(f"tokenizer {path}: cannot load it ({one_line(e, 300)})") from None
     if tok.eos_token_id is None and tok.pad_token_id is None:
@@ -150,7 +162,7 @@ def _dtype_kwarg() -> str:
 
 def load_model(path: str, mode: str, dtype: torch.dtype, device: torch.device, trust_remote_code: bool,
                allow_pickle_weights: bool = False, load_in_8bit: bool = False, model_class=None,
-               attn_implementation: str | None = None):
+               attn_implementation: str | None = None, native: bool = False):
     """Load weights from safetensors; pickle-format weights (which can run code when loaded) only
     with allow_pickle_weights. Every weight of the model's class must come from the files and
     every weight in the files must be used: a head whose names do not match its class would
@@ -158,6 +170,10 @@ def load_model(path: str, mode: str, dtype: torch.dtype, device: torch.device, t
     load_in_8bit: bitsandbytes LLM.int8 on CUDA, as the official scripts load most models. Inside
     `placed(...)` the model is placed over the devices by accelerate (or split over a --tp group)
     instead of moved to `device`."""
+    if native and model_class is None and attn_implementation is None and not (load_in_8bit or trust_remote_code):
+        model = _native_model(path, mode, dtype, device)
+        if model is not None:
+            return model
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
 
@@ -190,6 +206,28 @@ def load_model(path: str, mode: str, dtype: torch.dtype, device: torch.device, t
     check_loading(path, type(model).__name__, info)
     model = model if load_in_8bit or placement is not None else model.to(device)
     return model.eval().requires_grad_(False)
+
+
+def _native_model(path: str, mode: str, dtype: torch.dtype, device: torch.device):
+    """A plain Llama (native_config) built without transformers (native_llama), on the CPU, from one
+    model.safetensors, of the class `mode` loads; None for anything else."""
+    from .native_config import native_config
+
+    folder = Path(path).expanduser()
+    if torch.device(device).type != "cpu" or current() is not None or dtype not in (torch.float32, torch.bfloat16):
+        return None
+    if not (folder / "model.safetensors").is_file() or (folder / "model.safetensors.index.json").exists():
+        return None
+    config = native_config(path, None)
+    want = "LlamaForSequenceClassification" if mode == "rm" else "LlamaForCausalLM"
+    if config is None or config.architectures != [want]:
+        return None
+    from .native_llama import load
+
+    try:
+        return load(path, config, dtype, device)
+    except ValueError:  # weights of other names or shapes: transformers loads it, and reports what is wrong
+        return None
 
 
 def check_loading(path: str, cls_name: str, info: dict) -> None:

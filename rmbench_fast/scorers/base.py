@@ -48,6 +48,10 @@ class Scorer:
         return (() if self.benchmark == "rm-bench" else (f"benchmark:{self.benchmark}",)) + \
             (() if self.span is None else (f"score-span:after:{self.span}",))
 
+    # whether load may build a plain Llama without transformers (models.native_llama): prepare sets it
+    # when no batch of the run reaches the model with a mask
+    native = False
+
     def pass_key(self) -> tuple:
         """Whatever else, beyond model, inputs, dtype and batching, decides a pass's arrays."""
         return (self.family,)

@@ -209,7 +209,8 @@ class DPOScorer(Scorer):
         return ("dpo-logprobs", self.impl, self.resolved, self.int8, *self.encode_key())
 
     def load(self, path, dtype, device, trust_remote_code, allow_pickle_weights=False):
-        return load_model(path, "dpo", dtype, device, trust_remote_code, allow_pickle_weights, self.int8)
+        return load_model(path, "dpo", dtype, device, trust_remote_code, allow_pickle_weights, self.int8,
+                          native=self.native)
 
     def vocab_limit(self, model):
         return min(model.get_input_embeddings().num_embeddings, model.get_output_embeddings().weight.shape[0])

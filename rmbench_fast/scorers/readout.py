@@ -31,6 +31,7 @@ from ..models.kinds import sliding_window
 ARCHITECTURES = ("LlamaForSequenceClassification", "MistralForSequenceClassification",
                  "Qwen2ForSequenceClassification")
 _LAYER_PARTS = ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm")
+OWN_MODULES = ("transformers.models.", "rmbench_fast.models.native_llama")  # the classes whose layers it restates
 _ATTENTION_PARTS = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
@@ -38,7 +39,7 @@ def readout_fn(model, pad_id: int | None):
     """A function (input_ids [B, T], attention_mask [B, T] or None) -> logits [B, num_labels] at
     each row's read-out position, or None when `model` is not one this module can run (then the
     model's own forward is used)."""
-    if type(model).__name__ not in ARCHITECTURES or not type(model).__module__.startswith("transformers.models.") \
+    if type(model).__name__ not in ARCHITECTURES or not type(model).__module__.startswith(OWN_MODULES) \
             or model.training or pad_id is None:  # remote code of the same name may pool or rotate otherwise
         return None
     base, head = getattr(model, "model", None), getattr(model, "score", None)

@@ -88,7 +88,8 @@ class RewardModelScorer(Scorer):
                 *(() if self.readout else ("whole-forward",)), *self.encode_key())
 
     def load(self, path, dtype, device, trust_remote_code, allow_pickle_weights=False):
-        model = load_model(path, "rm", dtype, device, trust_remote_code, allow_pickle_weights, self.int8)
+        model = load_model(path, "rm", dtype, device, trust_remote_code, allow_pickle_weights, self.int8,
+                           native=self.native)
         model.config.pad_token_id = self.pad_id  # run_rm.py's setup (see official_pad_ids)
         return model
 

@@ -1,0 +1,164 @@
+"""A tokenizer folder read with `tokenizers` alone, for the folders tokenizer_loading builds from
+tokenizer.json (issue 34: transformers' import is most of a run's fixed cost).
+
+tokenizer_loading._load_as_451 loads tokenizer.json through transformers' TokenizersBackend and
+redoes what transformers 4.51's class adds: default special tokens, the BOS/EOS post-processor,
+the pre-tokenizer's prefix space, the padding side, the chat template. For the folders where all of
+that is decided by the files alone (every special token already in the vocabulary, no added-token
+list of tokenizer_config.json other than tokenizer.json's, no saved truncation), `native_tokenizer`
+does the same on a `tokenizers.Tokenizer` and answers what a run asks before its passes: the
+special tokens and their ids, the sides, the chat template (tokenizer_facts.ATTRS), ids of texts
+(`tok(texts, add_special_tokens=...)["input_ids"]`) and `len(tok)`. Anything else (rendering a
+chat template, decoding, ...) loads the real tokenizer through tokenizer_loading and asks it,
+as StoredTokenizer does. tests/test_native_tokenizer.py compares it with the real one on every
+test folder.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .tokenizer_facts import ATTRS
+from .tokenizer_loading import CLASSES_451, _chat_template_451, class_451, read_json, saved_padding
+from .versions import transformers_version
+
+SPECIALS = ("bos_token", "eos_token", "unk_token", "pad_token")
+
+
+def _content(value):
+    return value.get("content") if isinstance(value, dict) else value
+
+
+def native_tokenizer(path: str, load):
+    """A NativeTokenizer for the folder at `path`, or None where only transformers can build it
+    as the run's loader does. load: a function loading the real tokenizer."""
+    folder = Path(path).expanduser()
+    if not folder.is_dir() or not (folder / "tokenizer.json").is_file() or transformers_version() < (5,):
+        return None
+    cfg = read_json(folder / "tokenizer_config.json")
+    name = class_451(folder, cfg)
+    if (name not in CLASSES_451 or "auto_map" in cfg or cfg.get("from_slow")
+            or (name == "LlamaTokenizer" and cfg.get("add_prefix_space") is not None)
+            or cfg.get("additional_special_tokens") or cfg.get("extra_special_tokens")):
+        return None
+    from tokenizers import Tokenizer
+
+    try:
+        backend = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    except Exception:  # noqa: BLE001 - the real loader reports it
+        return None
+    if backend.truncation is not None:
+        return None
+    added = {t.content: i for i, t in backend.get_added_tokens_decoder().items()}
+    for i, t in (cfg.get("added_tokens_decoder") or {}).items():  # transformers adds these: they must be there
+        if added.get(_content(t)) != int(i):
+            return None
+    spec = CLASSES_451[name]
+    stm = {} if "added_tokens_decoder" in cfg else read_json(folder / "special_tokens_map.json")
+    if stm.get("additional_special_tokens"):
+        return None
+    attrs = {}
+    padding = backend.padding if saved_padding(folder / "tokenizer.json") else None
+    for key in SPECIALS:  # the folder's, else the class default, else (pad) the saved padding's, as the loader's
+        if key in cfg or key in stm or key in spec["specials"]:
+            token = _content(cfg[key] if key in cfg else stm[key] if key in stm else spec["specials"][key])
+        else:
+            token = padding["pad_token"] if key == "pad_token" and padding else None
+        tid = None if token is None else backend.token_to_id(token)
+        if token is not None and tid is None:  # transformers would add it to the vocabulary
+            return None
+        attrs[key], attrs[key + "_id"] = token, tid
+    side = cfg.get("padding_side")
+    if side is None:
+        side = str(padding["direction"]).lower() if padding else spec.get("padding_side", "right")
+    attrs.update(padding_side=side, truncation_side=cfg.get("truncation_side", "right"),
+                 chat_template=_chat_template_451(folder, cfg))
+    if not _prefix_space(backend, cfg.get("add_prefix_space", spec.get("add_prefix_space", False))):
+        return None
+    if "bos_eos" in spec:
+        add_bos, add_eos = spec["bos_eos"]
+        add_bos, add_eos = bool(cfg.get("add_bos_token", add_bos)), bool(cfg.get("add_eos_token", add_eos))
+        if (add_bos and attrs["bos_token"] is None) or (add_eos and attrs["eos_token"] is None):
+            return None  # an error the real loader raises
+        _post_processor(backend, attrs, add_bos, add_eos)
+    backend.no_padding()
+    cls = type("TokenizersBackend", (NativeTokenizer,), {"__module__": __name__})  # the real loader's class name
+    return cls(backend, {a: attrs.get(a) for a in ATTRS}, name, load)
+
+
+def _prefix_space(backend, want) -> bool:
+    """tokenizer_loading._fix_prefix_space on the backend; False where it could not be set as there."""
+    from tokenizers import pre_tokenizers
+
+    pre = backend.pre_tokenizer
+    if pre is None or not isinstance(want, bool):
+        return True
+    state = json.loads(pre.__getstate__())
+    if state.get("add_prefix_space", want) == want:
+        return True
+    kind = getattr(pre_tokenizers, state.pop("type"))
+    state["add_prefix_space"] = want
+    try:
+        backend.pre_tokenizer = kind(**state)
+    except Exception:  # noqa: BLE001 - the real loader keeps the saved one then: ask it
+        return False
+    return True
+
+
+def _post_processor(backend, attrs, add_bos: bool, add_eos: bool) -> None:
+    """tokenizer_loading._update_post_processor on the backend."""
+    from tokenizers import processors
+
+    bos, eos = attrs["bos_token"], attrs["eos_token"]
+    single = f"{(bos + ':0 ') if add_bos else ''}$A:0{(' ' + eos + ':0') if add_eos else ''}"
+    pair = f"{single}{(' ' + bos + ':1') if add_bos else ''} $B:1{(' ' + eos + ':1') if add_eos else ''}"
+    special = ([(bos, attrs["bos_token_id"])] if add_bos else []) + ([(eos, attrs["eos_token_id"])] if add_eos else [])
+    backend.post_processor = processors.TemplateProcessing(single=single, pair=pair, special_tokens=special)
+
+
+class NativeTokenizer:
+    """Answers ATTRS, ids of texts and len() from the backend; anything else loads the real tokenizer."""
+
+    native = True
+
+    def __init__(self, backend, attrs: dict, class_name: str, load):
+        self.__dict__.update(_backend=backend, _attrs=attrs, _class=class_name, _load=load, _real=None)
+
+    @property
+    def real(self):
+        if self._real is None:
+            self.__dict__["_real"] = self._load()
+        return self._real
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") or "_attrs" not in self.__dict__:
+            raise AttributeError(name)
+        if name in self._attrs:
+            return self._attrs[name]
+        return getattr(self.real, name)
+
+    def __setattr__(self, name, value):  # a change goes to the real tokenizer, whose answer counts from then on
+        self.__dict__["_attrs"] = {k: v for k, v in self._attrs.items() if k != name}
+        self.__dict__["_backend"] = None
+        setattr(self.real, name, value)
+
+    def __call__(self, text, add_special_tokens: bool = True, return_attention_mask=None,
+                 return_token_type_ids=None, **kw):
+        if kw or self._backend is None or not (isinstance(text, str) or (
+                isinstance(text, list) and all(isinstance(t, str) for t in text))):
+            return self.real(text, add_special_tokens=add_special_tokens, return_attention_mask=return_attention_mask,
+                             return_token_type_ids=return_token_type_ids, **kw)
+        if isinstance(text, str):
+            return {"input_ids": self._backend.encode(text, add_special_tokens=add_special_tokens).ids}
+        return {"input_ids": [e.ids for e in self._backend.encode_batch(text, add_special_tokens=add_special_tokens)]}
+
+    def __len__(self):
+        return self._backend.get_vocab_size(with_added_tokens=True) if self._backend is not None else len(self.real)
+
+    def __reduce__(self):  # pickled (sent to another process) as the real tokenizer
+        return _same, (self.real,)
+
+
+def _same(x):
+    return x

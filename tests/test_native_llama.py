@@ -1,0 +1,113 @@
+"""The native Llama (WIP, issue 34) against transformers' own, bit for bit: whole forwards of a
+sequence classifier and a causal LM, their keys and values for a cache, and a suffix batch on
+shared prefixes through the split attention."""
+
+import pytest
+import torch
+
+from rmbench_fast.inputs import prefix_attention
+from rmbench_fast.inputs.prefix_attention import KEY, SplitPrefix
+from rmbench_fast.models import native_llama
+from rmbench_fast.models.native_config import native_config
+
+
+def build(tmp_path, kind, kv_heads, dtype, **kw):
+    from transformers import LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=320, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=kv_heads, max_position_embeddings=512,
+                      num_labels=1, pad_token_id=0, **kw)
+    real = (LlamaForSequenceClassification if kind == "rm" else LlamaForCausalLM)(cfg)
+    for p in real.parameters():
+        if p.dim() == 1:
+            torch.nn.init.normal_(p, std=0.3)
+    d = tmp_path / f"{kind}{kv_heads}"
+    real.save_pretrained(d)
+    kw = {"dtype": dtype} if __import__("transformers").__version__ >= "5" else {"torch_dtype": dtype}
+    real = type(real).from_pretrained(str(d), attn_implementation="sdpa", **kw).eval()
+    native = native_llama.load(str(d), native_config(str(d), None), dtype, torch.device("cpu"))
+    return real, native
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_whole_forwards_are_the_same_bits(tmp_path, dtype, kv_heads):
+    ids = torch.randint(1, 320, (3, 37))
+    for kind in ("rm", "lm"):
+        real, native = build(tmp_path, kind, kv_heads, dtype)
+        with torch.inference_mode():
+            want, got = real(input_ids=ids, use_cache=False), native(input_ids=ids, use_cache=False)
+            assert torch.equal(got.logits, want.logits), kind
+            if kind == "lm":
+                assert torch.equal(native.model(input_ids=ids)[0], real.model(input_ids=ids, use_cache=False)[0])
+
+
+def test_tied_embeddings_are_one_tensor(tmp_path):
+    real, native = build(tmp_path, "lm", 4, torch.float32, tie_word_embeddings=True)
+    ids = torch.randint(1, 320, (2, 19))
+    with torch.inference_mode():
+        assert torch.equal(native(input_ids=ids).logits, real(input_ids=ids, use_cache=False).logits)
+    assert native.lm_head.weight.data_ptr() == native.model.embed_tokens.weight.data_ptr()
+    assert all(p.data_ptr() % 64 == 0 for p in native.parameters())  # blocks of their own (see load)
+
+
+def test_cache_and_split_prefix_are_the_same_bits(tmp_path):
+    from rmbench_fast.inputs.prefix import _layers
+
+    real, native = build(tmp_path, "lm", 2, torch.float32)
+    prefix = torch.randint(1, 320, (1, 11))
+    with torch.inference_mode():
+        want = _layers(real.model(input_ids=prefix, use_cache=True).past_key_values)
+        got = native.model(input_ids=prefix, use_cache=True)["past_key_values"]
+        assert all(torch.equal(a, b) and torch.equal(c, d) for (a, c), (b, d) in zip(got, want))
+        flat = [(k[0].transpose(0, 1).contiguous(), v[0].transpose(0, 1).contiguous()) for k, v in got]
+        suffix = torch.randint(1, 320, (2, 9))
+        split = SplitPrefix(flat, [(0, 11), (0, 7)])
+        pos = torch.tensor([[11], [7]]) + torch.arange(9)[None]
+        inputs = {"input_ids": suffix, "position_ids": pos, "use_cache": False, KEY: split}
+        with prefix_attention.switched(real.model):
+            want = real.model(**inputs)[0]
+        assert torch.equal(native.model(**inputs)[0], want)
+
+
+def test_wrong_weights_are_an_error(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    real, _ = build(tmp_path, "lm", 4, torch.float32)
+    d = tmp_path / "lm4"
+    w = load_file(str(d / "model.safetensors"))
+    del w["model.norm.weight"]
+    save_file(w, str(d / "model.safetensors"))
+    with pytest.raises(ValueError, match="model.norm.weight"):
+        native_llama.load(str(d), native_config(str(d), None), torch.float32, torch.device("cpu"))
+
+
+@pytest.mark.parametrize("kind", ["rm", "dpo"])
+def test_a_plain_llama_run_never_imports_transformers(world, kind, request):
+    """The whole run (config, tokenizer, model, passes, results) without transformers' import, and
+    the scores of the run with it (the same bits). Under transformers 4 the tokenizer is always
+    AutoTokenizer's (models.tokenizer_loading), which imports it."""
+    from rmbench_fast.models.versions import transformers_version
+
+    if transformers_version() < (5,):
+        pytest.skip("under transformers 4 the run's tokenizer is AutoTokenizer's")
+    import json
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from rmbench_fast.engine.score import ScoreOptions, score
+
+    models = {"model": world["rm"]} if kind == "rm" else {"model": world["policy"], "ref_model": world["ref"]}
+    code = ("import json, sys\nfrom rmbench_fast.engine.score import ScoreOptions, score\n"
+            f"r = score(ScoreOptions(data={world['data']!r}, cache=False, progress=False, **{models!r}))\n"
+            "print(json.dumps([r.chosen.tolist(), r.rejected.tolist(), 'transformers' in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    chosen, rejected, imported = json.loads(out.stdout.strip().splitlines()[-1])
+    assert imported is False
+    request.getfixturevalue("no_native")
+    plain = score(ScoreOptions(data=world["data"], cache=False, progress=False, **models))
+    assert np.array_equal(np.array(chosen), plain.chosen) and np.array_equal(np.array(rejected), plain.rejected)

@@ -1,0 +1,61 @@
+"""native_tokenizer gives what tokenizer_loading's real tokenizer gives (the run's reads before its
+passes: special tokens, ids, sides, chat template; ids of texts; len) without transformers, on
+every synthetic folder shaped like a published one, or None where it cannot."""
+
+import json
+import shutil
+
+import pytest
+from tokenizer_folders import FOLDERS, folders, texts, backend  # noqa: F401
+
+from rmbench_fast.models.native_tokenizer import native_tokenizer
+from rmbench_fast.models.tokenizer_facts import ATTRS
+from rmbench_fast.models.tokenizer_loading import load_tokenizer
+
+# folders whose tokenizer only transformers builds as the loader does (a default special token the
+# vocabulary lacks, which transformers adds: Llama's and Gemma's <unk>, Gemma's <pad>), or that
+# have no tokenizer.json
+NOT_NATIVE = {"gemma", "slow_gpt2", "llama_bos", "llama_default", "llama_eos", "llama_map", "llama_padded",
+              "llama_under_qwen2"}
+
+
+def without_unk(folder, tmp_path):
+    """A copy of `folder` whose tokenizer_config.json sets no <unk> (as a byte-level Llama folder does)."""
+    d = tmp_path / folder.name
+    shutil.copytree(folder, d)
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    (d / "tokenizer_config.json").write_text(json.dumps({**cfg, "unk_token": None}))
+    return d
+
+
+@pytest.mark.parametrize("name", sorted(FOLDERS) + ["slow_gpt2"] +
+                         [f"{n} without unk" for n in sorted(FOLDERS) if n.startswith("llama")])
+def test_as_the_real_tokenizer(folders, texts, name, tmp_path):
+    loads = []
+    folder = without_unk(folders[name.split()[0]], tmp_path) if name.endswith("without unk") else folders[name]
+    native = native_tokenizer(str(folder), lambda: loads.append(1) or load_tokenizer(str(folder)))
+    if name in NOT_NATIVE:
+        assert native is None
+        return
+    assert native is not None, name
+    real = load_tokenizer(str(folder))
+    for a in ATTRS:
+        assert getattr(native, a) == getattr(real, a), (name, a, getattr(native, a), getattr(real, a))
+    for special in (True, False):
+        assert native(texts, add_special_tokens=special)["input_ids"] == \
+            real(texts, add_special_tokens=special)["input_ids"], (name, special)
+        assert native(texts[0], add_special_tokens=special)["input_ids"] == \
+            real(texts[0], add_special_tokens=special)["input_ids"]
+    assert len(native) == len(real)
+    assert type(native).__name__ == type(real).__name__
+    assert loads == []
+    assert native.decode([3, 4]) == real.decode([3, 4]) and loads == [1]  # not answered natively: the real one
+
+
+def test_a_change_goes_to_the_real_tokenizer(folders, texts, tmp_path):
+    folder = str(without_unk(folders["llama_default"], tmp_path))
+    native = native_tokenizer(folder, lambda: load_tokenizer(folder))
+    native.add_eos_token = True  # as the official flow sets it without a chat template
+    real = load_tokenizer(folder)
+    real.add_eos_token = True
+    assert native(texts)["input_ids"] == real(texts)["input_ids"]

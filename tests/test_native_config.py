@@ -48,7 +48,9 @@ def test_answers_as_the_class(tmp_path, name):
     {"model_type": "mistral"}, {"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, {"attention_bias": True},
     {"hidden_act": "gelu"}, {"auto_map": {"AutoConfig": "x.Config"}}, {"sliding_window": 128},
     {"architectures": ["LlamaForTokenClassification"]}, {"architectures": None}, {"unknown_key": 1},
-    {"num_attention_heads": True}, {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 2.0}}])
+    {"num_attention_heads": True}, {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 2.0}},
+    {"rope_theta": 5e5, "rope_parameters": {"rope_type": "default", "rope_theta": 1e4}},  # which one counts
+    {"num_attention_heads": 5}, {"pad_token_id": 320}, {"pad_token_id": -1}])
 def test_not_plain_llama(tmp_path, change):
     folder = saved(tmp_path, "x", architectures=["LlamaForCausalLM"])
     raw = json.loads((folder / "config.json").read_text())

@@ -48,7 +48,8 @@ def test_tied_embeddings_are_one_tensor(tmp_path):
     ids = torch.randint(1, 320, (2, 19))
     with torch.inference_mode():
         assert torch.equal(native(input_ids=ids).logits, real(input_ids=ids, use_cache=False).logits)
-    assert native.lm_head.weight.data_ptr() == native.model.embed_tokens.weight.data_ptr()
+    assert native.lm_head.weight is native.model.embed_tokens.weight  # one Parameter, as transformers ties them
+    assert sum(p.numel() for p in native.parameters()) == sum(p.numel() for p in real.parameters())
     assert all(p.data_ptr() % 64 == 0 for p in native.parameters())  # blocks of their own (see load)
 
 
@@ -69,6 +70,16 @@ def test_cache_and_split_prefix_are_the_same_bits(tmp_path):
         with prefix_attention.switched(real.model):
             want = real.model(**inputs)[0]
         assert torch.equal(native.model(**inputs)[0], want)
+
+
+def test_what_it_does_not_take_is_an_error(tmp_path):
+    _, native = build(tmp_path, "lm", 4, torch.float32)
+    ids = torch.randint(1, 320, (1, 5))
+    for bad in ({"past_key_values": object()}, {"logits_to_keep": 1}, {"output_hidden_states": True},
+                {"attention_mask": torch.ones(1, 5, dtype=torch.long)}):
+        with pytest.raises((TypeError, ValueError)):
+            native(input_ids=ids, **bad)
+    native(input_ids=ids, output_hidden_states=False, output_attentions=False, use_cache=False)
 
 
 def test_wrong_weights_are_an_error(tmp_path):

@@ -52,6 +52,22 @@ def test_as_the_real_tokenizer(folders, texts, name, tmp_path):
     assert native.decode([3, 4]) == real.decode([3, 4]) and loads == [1]  # not answered natively: the real one
 
 
+@pytest.mark.parametrize("change", [
+    {"sep_token": "<sep>"},  # a special token the vocabulary lacks: transformers adds it
+    {"mask_token": "hello"},  # a special token that is a plain vocabulary entry: transformers makes it special
+    {"bos_token": "hello"},
+    {"added_tokens_decoder": {"0": {"content": "<s>", "lstrip": True, "rstrip": False, "normalized": False,
+                                    "special": True, "single_word": False}}},  # other flags than tokenizer.json's
+    {"split_special_tokens": True}])
+def test_what_only_transformers_builds_is_left_to_it(folders, tmp_path, change):
+    d = tmp_path / "x"
+    shutil.copytree(folders["qwen2_ptf"], d)
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    assert native_tokenizer(str(d), None) is not None
+    (d / "tokenizer_config.json").write_text(json.dumps({**cfg, **change}))
+    assert native_tokenizer(str(d), None) is None
+
+
 def test_a_change_goes_to_the_real_tokenizer(folders, texts, tmp_path):
     folder = str(without_unk(folders["llama_default"], tmp_path))
     native = native_tokenizer(folder, lambda: load_tokenizer(folder))

@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 
 from .config_facts import StoredConfig
+from .versions import transformers_version
 
 ARCHITECTURES = ("LlamaForSequenceClassification", "LlamaForCausalLM")
 # every key a plain Llama config.json may hold, and the values it must have where one is required
@@ -53,6 +54,13 @@ def plain_llama(raw) -> bool:
     if rope is not None and not (isinstance(rope, dict) and set(rope) <= {"rope_theta", "rope_type"}
                                  and rope.get("rope_type", "default") == "default"):
         return False
+    if "rope_parameters" in raw and ("rope_theta" in raw or transformers_version() < (5,)):
+        return False  # transformers 4 reads only rope_theta (10000 without it); 5 rope_parameters
+    if raw["hidden_size"] % raw["num_attention_heads"]:
+        return False  # transformers 5 refuses it
+    pad = raw.get("pad_token_id")
+    if pad is not None and not (isinstance(pad, int) and 0 <= pad < raw["vocab_size"]):
+        return False  # nn.Embedding(padding_idx=...) refuses it
     labels = raw.get("id2label")
     if labels is not None and not (isinstance(labels, dict) and labels):
         return False

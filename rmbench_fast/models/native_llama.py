@@ -133,6 +133,9 @@ class LlamaModel(nn.Module):
         self.rotary_emb = LlamaRotaryEmbedding(c)
 
     def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=False, **kwargs):
+        other = sorted(k for k, v in kwargs.items() if k != KEY and v is not None and v is not False)
+        if other:  # a cache to extend, logits_to_keep, outputs to capture: not this module's
+            raise TypeError(f"native Llama does not take {other}")
         h = self.embed_tokens(input_ids)
         if position_ids is None:
             position_ids = torch.arange(input_ids.shape[1], device=h.device)[None]
@@ -227,7 +230,9 @@ def load(path: str, config, dtype: torch.dtype, device) -> nn.Module:
     cls = LlamaForSequenceClassification if c.architectures[0].endswith("SequenceClassification") else LlamaForCausalLM
     model = cls(c)  # on the meta device
     weights = load_file(str(Path(path).expanduser() / "model.safetensors"))
-    tied = c.tie_word_embeddings and cls is LlamaForCausalLM and "lm_head.weight" not in weights
+    tied = c.tie_word_embeddings and cls is LlamaForCausalLM
+    if tied and "lm_head.weight" in weights:  # transformers ties over the file's own head: let it decide
+        raise ValueError("tie_word_embeddings with an lm_head.weight of its own")
     want = {k: p.shape for k, p in model.state_dict().items()}
     got = {k: v.shape for k, v in weights.items()} | ({"lm_head.weight": want.get("lm_head.weight")} if tied else {})
     if want != got:
@@ -237,8 +242,10 @@ def load(path: str, config, dtype: torch.dtype, device) -> nn.Module:
     # each weight copied into a block of its own, one at a time: the file's tensors sit at its offsets
     # (32-byte aligned here), where the CPU's matmuls ran 4-5% slower than on transformers' copies
     state = {k: weights.pop(k).to(dtype=dtype, copy=True) for k in list(weights)}
-    if tied:  # one tensor for both, as transformers ties them
+    if tied:
         state["lm_head.weight"] = state["model.embed_tokens.weight"]
     model.load_state_dict(state, assign=True)
+    if tied:  # one Parameter for both, as transformers ties them (parameter counts, memory estimates)
+        model.lm_head.weight = model.model.embed_tokens.weight
     model.model.rotary_emb = LlamaRotaryEmbedding(c)  # a buffer computed, not loaded (off the meta device)
     return model.to(device).eval().requires_grad_(False)

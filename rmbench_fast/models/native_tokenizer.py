@@ -40,7 +40,9 @@ def native_tokenizer(path: str, load):
     name = class_451(folder, cfg)
     if (name not in CLASSES_451 or "auto_map" in cfg or cfg.get("from_slow")
             or (name == "LlamaTokenizer" and cfg.get("add_prefix_space") is not None)
-            or cfg.get("additional_special_tokens") or cfg.get("extra_special_tokens")):
+            or cfg.get("additional_special_tokens") or cfg.get("extra_special_tokens")
+            or cfg.get("split_special_tokens") or cfg.get("fix_mistral_regex")
+            or (folder / "added_tokens.json").exists()):
         return None
     from tokenizers import Tokenizer
 
@@ -50,14 +52,24 @@ def native_tokenizer(path: str, load):
         return None
     if backend.truncation is not None:
         return None
-    added = {t.content: i for i, t in backend.get_added_tokens_decoder().items()}
-    for i, t in (cfg.get("added_tokens_decoder") or {}).items():  # transformers adds these: they must be there
-        if added.get(_content(t)) != int(i):
+    decoder = backend.get_added_tokens_decoder()
+    added = {t.content: i for i, t in decoder.items()}
+    for i, t in (cfg.get("added_tokens_decoder") or {}).items():  # transformers adds these again: as they are
+        have = decoder.get(int(i)) if str(i).isdigit() else None
+        if have is None or not isinstance(t, dict) or any(
+                t.get(f) != getattr(have, f) for f in ("content", "lstrip", "rstrip", "normalized", "special",
+                                                       "single_word") if f in t):
             return None
     spec = CLASSES_451[name]
     stm = {} if "added_tokens_decoder" in cfg else read_json(folder / "special_tokens_map.json")
     if stm.get("additional_special_tokens"):
         return None
+    # any other special token the folder names (sep, cls, mask, ...): transformers adds it, so it must be
+    # an added token already
+    for key, value in list(cfg.items()) + list(stm.items()):
+        if (key.endswith("_token") and key not in SPECIALS and isinstance(value, (str, dict))  # not add_bos_token's flag
+                and _content(value) not in added):
+            return None
     attrs = {}
     padding = backend.padding if saved_padding(folder / "tokenizer.json") else None
     for key in SPECIALS:  # the folder's, else the class default, else (pad) the saved padding's, as the loader's
@@ -65,8 +77,8 @@ def native_tokenizer(path: str, load):
             token = _content(cfg[key] if key in cfg else stm[key] if key in stm else spec["specials"][key])
         else:
             token = padding["pad_token"] if key == "pad_token" and padding else None
-        tid = None if token is None else backend.token_to_id(token)
-        if token is not None and tid is None:  # transformers would add it to the vocabulary
+        tid = None if token is None else added.get(token)
+        if token is not None and tid is None:  # transformers would add it (to the vocabulary, or as special)
             return None
         attrs[key], attrs[key + "_id"] = token, tid
     side = cfg.get("padding_side")

@@ -161,6 +161,11 @@ class _Head(nn.Module):
 
     base_model_prefix = "model"
 
+    def __init__(self, c):
+        super().__init__()
+        self.config = c
+        self.model = LlamaModel(c)
+
     @property
     def base_model(self):
         return self.model
@@ -179,9 +184,7 @@ class _Head(nn.Module):
 
 class LlamaForCausalLM(_Head):
     def __init__(self, c):
-        super().__init__()
-        self.config = c
-        self.model = LlamaModel(c)
+        super().__init__(c)
         self.lm_head = _linear(c.hidden_size, c.vocab_size)
 
     def get_output_embeddings(self):
@@ -194,9 +197,7 @@ class LlamaForCausalLM(_Head):
 
 class LlamaForSequenceClassification(_Head):
     def __init__(self, c):
-        super().__init__()
-        self.config = c
-        self.model = LlamaModel(c)
+        super().__init__(c)
         self.score = _linear(c.hidden_size, c.num_labels)
 
     def forward(self, input_ids, **kwargs):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .tokenizer_facts import ATTRS
+from .tokenizer_facts import ATTRS, StoredTokenizer
 from .tokenizer_loading import CLASSES_451, _chat_template_451, class_451, read_json, saved_padding
 from .versions import transformers_version
 
@@ -96,7 +96,7 @@ def native_tokenizer(path: str, load):
         _post_processor(backend, attrs, add_bos, add_eos)
     backend.no_padding()
     cls = type("TokenizersBackend", (NativeTokenizer,), {"__module__": __name__})  # the real loader's class name
-    return cls(backend, {a: attrs.get(a) for a in ATTRS}, name, load)
+    return cls(backend, {a: attrs.get(a) for a in ATTRS}, load)
 
 
 def _prefix_space(backend, want) -> bool:
@@ -129,31 +129,19 @@ def _post_processor(backend, attrs, add_bos: bool, add_eos: bool) -> None:
     backend.post_processor = processors.TemplateProcessing(single=single, pair=pair, special_tokens=special)
 
 
-class NativeTokenizer:
-    """Answers ATTRS, ids of texts and len() from the backend; anything else loads the real tokenizer."""
+class NativeTokenizer(StoredTokenizer):
+    """A StoredTokenizer whose facts come from the folder's files, that also encodes texts and answers
+    len() with the backend; anything else loads the real tokenizer and asks it."""
 
     native = True
 
-    def __init__(self, backend, attrs: dict, class_name: str, load):
-        self.__dict__.update(_backend=backend, _attrs=attrs, _class=class_name, _load=load, _real=None)
+    def __init__(self, backend, attrs: dict, load):
+        super().__init__({"attrs": attrs, "renders": {}}, load)
+        self.__dict__["_backend"] = backend
 
-    @property
-    def real(self):
-        if self._real is None:
-            self.__dict__["_real"] = self._load()
-        return self._real
-
-    def __getattr__(self, name: str):
-        if name.startswith("__") or "_attrs" not in self.__dict__:
-            raise AttributeError(name)
-        if name in self._attrs:
-            return self._attrs[name]
-        return getattr(self.real, name)
-
-    def __setattr__(self, name, value):  # a change goes to the real tokenizer, whose answer counts from then on
-        self.__dict__["_attrs"] = {k: v for k, v in self._attrs.items() if k != name}
+    def __setattr__(self, name, value):  # a change goes to the real tokenizer, whose answers count from then on
         self.__dict__["_backend"] = None
-        setattr(self.real, name, value)
+        super().__setattr__(name, value)
 
     def __call__(self, text, add_special_tokens: bool = True, return_attention_mask=None,
                  return_token_type_ids=None, **kw):
@@ -167,10 +155,3 @@ class NativeTokenizer:
 
     def __len__(self):
         return self._backend.get_vocab_size(with_added_tokens=True) if self._backend is not None else len(self.real)
-
-    def __reduce__(self):  # pickled (sent to another process) as the real tokenizer
-        return _same, (self.real,)
-
-
-def _same(x):
-    return x

@@ -94,16 +94,18 @@ def test_wrong_weights_are_an_error(tmp_path):
         native_llama.load(str(d), native_config(str(d), None), torch.float32, torch.device("cpu"))
 
 
-@pytest.mark.parametrize("kind", ["rm", "dpo"])
-def test_a_plain_llama_run_never_imports_transformers(world, kind, request):
-    """The whole run (config, tokenizer, model, passes, results) without transformers' import, and
-    the scores of the run with it (the same bits). Under transformers 4 the tokenizer is always
-    AutoTokenizer's (models.tokenizer_loading), which imports it."""
+@pytest.mark.parametrize("kind", ["rm", "dpo", "rm with a chat template"])
+def test_a_plain_llama_run_never_imports_transformers(world, kind, request, tmp_path):
+    """The whole run (config, tokenizer, its chat template, model, passes, results) without
+    transformers' import, and the scores of the run with it (the same bits). Under transformers 4
+    the tokenizer is always AutoTokenizer's (models.tokenizer_loading), which imports it."""
+    from rmbench_fast.models import native_template
     from rmbench_fast.models.versions import transformers_version
 
     if transformers_version() < (5,):
         pytest.skip("under transformers 4 the run's tokenizer is AutoTokenizer's")
     import json
+    import shutil
     import subprocess
     import sys
 
@@ -111,7 +113,16 @@ def test_a_plain_llama_run_never_imports_transformers(world, kind, request):
 
     from rmbench_fast.engine.score import ScoreOptions, score
 
-    models = {"model": world["rm"]} if kind == "rm" else {"model": world["policy"], "ref_model": world["ref"]}
+    models = {"model": world["rm"]} if kind.startswith("rm") else {"model": world["policy"], "ref_model": world["ref"]}
+    if kind == "rm with a chat template":
+        if not native_template.restates_installed():
+            pytest.skip("this transformers' chat-template rendering is not restated (its tokenizer renders)")
+        shutil.copytree(world["rm"], tmp_path / "rm")
+        cfg = json.loads((tmp_path / "rm" / "tokenizer_config.json").read_text())
+        cfg["chat_template"] = ("{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] | trim }}{{ eos_token }}"
+                                "\n{% endfor %}")  # no bos_token: the tokenizer adds one (a doubled one is masked)
+        (tmp_path / "rm" / "tokenizer_config.json").write_text(json.dumps(cfg))
+        models = {"model": str(tmp_path / "rm")}
     code = ("import json, sys\nfrom rmbench_fast.engine.score import ScoreOptions, score\n"
             f"r = score(ScoreOptions(data={world['data']!r}, cache=False, progress=False, **{models!r}))\n"
             "print(json.dumps([r.chosen.tolist(), r.rejected.tolist(), 'transformers' in sys.modules]))")

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from .tokenizer_facts import ATTRS, StoredTokenizer
 from .tokenizer_loading import CLASSES_451, _chat_template_451, class_451, read_json, saved_padding
+from .native_template import Renderer, plain_messages, restates_installed
 from .versions import transformers_version
 
 SPECIALS = ("bos_token", "eos_token", "unk_token", "pad_token")
@@ -65,11 +66,11 @@ def native_tokenizer(path: str, load):
     if stm.get("additional_special_tokens"):
         return None
     # any other special token the folder names (sep, cls, mask, ...): transformers adds it, so it must be
-    # an added token already
-    for key, value in list(cfg.items()) + list(stm.items()):
-        if (key.endswith("_token") and key not in SPECIALS and isinstance(value, (str, dict))  # not add_bos_token's flag
-                and _content(value) not in added):
-            return None
+    # an added token already (and it is a variable of chat templates: those render through transformers)
+    others = [value for key, value in list(cfg.items()) + list(stm.items())
+              if key.endswith("_token") and key not in SPECIALS and isinstance(value, (str, dict))]  # not add_bos_token's flag
+    if any(_content(value) not in added for value in others):
+        return None
     attrs = {}
     padding = backend.padding if saved_padding(folder / "tokenizer.json") else None
     for key in SPECIALS:  # the folder's, else the class default, else (pad) the saved padding's, as the loader's
@@ -96,7 +97,8 @@ def native_tokenizer(path: str, load):
         _post_processor(backend, attrs, add_bos, add_eos)
     backend.no_padding()
     cls = type("TokenizersBackend", (NativeTokenizer,), {"__module__": __name__})  # the real loader's class name
-    return cls(backend, {a: attrs.get(a) for a in ATTRS}, load)
+    specials = None if others else {k: attrs[k] for k in SPECIALS if attrs[k] is not None}  # special_tokens_map
+    return cls(backend, {a: attrs.get(a) for a in ATTRS}, load, specials)
 
 
 def _prefix_space(backend, want) -> bool:
@@ -135,9 +137,10 @@ class NativeTokenizer(StoredTokenizer):
 
     native = True
 
-    def __init__(self, backend, attrs: dict, load):
+    def __init__(self, backend, attrs: dict, load, specials: dict | None = None):
         super().__init__({"attrs": attrs, "renders": {}}, load)
-        self.__dict__["_backend"] = backend
+        self.__dict__.update(_backend=backend, _renderer=None if specials is None else Renderer(specials),
+                             _restated=None)
 
     def __setattr__(self, name, value):  # a change goes to the real tokenizer, whose answers count from then on
         self.__dict__["_backend"] = None
@@ -152,6 +155,17 @@ class NativeTokenizer(StoredTokenizer):
         if isinstance(text, str):
             return {"input_ids": self._backend.encode(text, add_special_tokens=add_special_tokens).ids}
         return {"input_ids": [e.ids for e in self._backend.encode_batch(text, add_special_tokens=add_special_tokens)]}
+
+    def apply_chat_template(self, conversation, chat_template=None, tokenize=True, **kw):
+        """Rendered text (tokenize=False) of role / content messages: native_template's Renderer, where
+        it restates the installed transformers; anything else asks the real tokenizer."""
+        if not tokenize and not kw and self._backend is not None and self._renderer is not None \
+                and plain_messages(conversation):
+            if self._restated is None:
+                self.__dict__["_restated"] = restates_installed()
+            if self._restated:
+                return self._renderer.render(self.chat_template, conversation, chat_template)
+        return super().apply_chat_template(conversation, chat_template=chat_template, tokenize=tokenize, **kw)
 
     def __len__(self):
         return self._backend.get_vocab_size(with_added_tokens=True) if self._backend is not None else len(self.real)

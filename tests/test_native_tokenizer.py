@@ -12,11 +12,8 @@ from rmbench_fast.models.native_tokenizer import native_tokenizer
 from rmbench_fast.models.tokenizer_facts import ATTRS
 from rmbench_fast.models.tokenizer_loading import load_tokenizer
 
-# folders whose tokenizer only transformers builds as the loader does (a default special token the
-# vocabulary lacks, which transformers adds: Llama's and Gemma's <unk>, Gemma's <pad>), or that
-# have no tokenizer.json
-NOT_NATIVE = {"gemma", "slow_gpt2", "llama_bos", "llama_default", "llama_eos", "llama_map", "llama_padded",
-              "llama_under_qwen2"}
+# folders whose tokenizer only transformers builds: no tokenizer.json
+NOT_NATIVE = {"slow_gpt2"}
 
 
 def without_unk(folder, tmp_path):
@@ -38,14 +35,23 @@ def test_as_the_real_tokenizer(folders, texts, name, tmp_path):
         assert native is None
         return
     assert native is not None, name
-    real = load_tokenizer(str(folder))
+    same_as_real(native, load_tokenizer(str(folder)), texts, loads)
+
+
+def same_as_real(native, real, texts, loads):
+    """Every fact, the ids of every text (with and without special tokens, the specials themselves
+    among the words), the added tokens and their flags, len and the class name are the real one's."""
     for a in ATTRS:
-        assert getattr(native, a) == getattr(real, a), (name, a, getattr(native, a), getattr(real, a))
+        assert getattr(native, a) == getattr(real, a), (a, getattr(native, a), getattr(real, a))
+    texts = texts + [" ".join(t for t in (real.bos_token, real.unk_token, real.pad_token, "x") if t)]
     for special in (True, False):
         assert native(texts, add_special_tokens=special)["input_ids"] == \
-            real(texts, add_special_tokens=special)["input_ids"], (name, special)
+            real(texts, add_special_tokens=special)["input_ids"], special
         assert native(texts[0], add_special_tokens=special)["input_ids"] == \
             real(texts[0], add_special_tokens=special)["input_ids"]
+    flags = ("content", "special", "normalized", "lstrip", "rstrip", "single_word")
+    assert {i: [getattr(t, f) for f in flags] for i, t in native._backend.get_added_tokens_decoder().items()} == \
+        {i: [getattr(t, f) for f in flags] for i, t in real.backend_tokenizer.get_added_tokens_decoder().items()}
     assert len(native) == len(real)
     assert type(native).__name__ == type(real).__name__
     assert loads == []
@@ -53,9 +59,27 @@ def test_as_the_real_tokenizer(folders, texts, name, tmp_path):
 
 
 @pytest.mark.parametrize("change", [
+    {"bos_token": "<bos>", "pad_token": "<pad>"},  # the folder's own, and the class default <unk>
+    {"pad_token": "<pad>", "unk_token": "<pad>", "eos_token": "<end>"},  # one token twice
+    {"tokenizer_class": "GemmaTokenizer"},  # its defaults <unk> and <pad>, in the class's order
+    {"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "[UNK]", "pad_token": "[PAD]"}])
+def test_special_tokens_the_vocabulary_lacks_are_added_as_transformers_adds_them(folders, texts, tmp_path, change):
+    d = tmp_path / "x"
+    shutil.copytree(folders["llama_default"], d)
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    (d / "tokenizer_config.json").write_text(json.dumps({**cfg, **change}))
+    loads = []
+    native = native_tokenizer(str(d), lambda: loads.append(1) or load_tokenizer(str(d)))
+    assert native is not None
+    same_as_real(native, load_tokenizer(str(d)), texts, loads)
+
+
+@pytest.mark.parametrize("change", [
     {"sep_token": "<sep>"},  # a special token the vocabulary lacks: transformers adds it
     {"mask_token": "hello"},  # a special token that is a plain vocabulary entry: transformers makes it special
-    {"bos_token": "hello"},
+    {"bos_token": "a"},  # the same, for a token transformers would add
+    {"unk_token": {"content": "<unk>", "lstrip": True, "rstrip": False, "normalized": False, "special": True,
+                   "single_word": False}},  # a token the vocabulary lacks, with flags of its own
     {"added_tokens_decoder": {"0": {"content": "<s>", "lstrip": True, "rstrip": False, "normalized": False,
                                     "special": True, "single_word": False}}},  # other flags than tokenizer.json's
     {"split_special_tokens": True}])

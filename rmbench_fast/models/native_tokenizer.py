@@ -4,14 +4,15 @@ tokenizer.json (issue 34: transformers' import is most of a run's fixed cost).
 tokenizer_loading._load_as_451 loads tokenizer.json through transformers' TokenizersBackend and
 redoes what transformers 4.51's class adds: default special tokens, the BOS/EOS post-processor,
 the pre-tokenizer's prefix space, the padding side, the chat template. For the folders where all of
-that is decided by the files alone (every special token already in the vocabulary, no added-token
-list of tokenizer_config.json other than tokenizer.json's, no saved truncation), `native_tokenizer`
-does the same on a `tokenizers.Tokenizer` and answers what a run asks before its passes: the
-special tokens and their ids, the sides, the chat template (tokenizer_facts.ATTRS), ids of texts
-(`tok(texts, add_special_tokens=...)["input_ids"]`) and `len(tok)`. Anything else (rendering a
-chat template, decoding, ...) loads the real tokenizer through tokenizer_loading and asks it,
-as StoredTokenizer does. tests/test_native_tokenizer.py compares it with the real one on every
-test folder.
+that is decided by the files alone (every special token an added token of tokenizer.json, or a plain
+string the vocabulary lacks, which transformers appends as a special token: LlamaTokenizerFast's
+default <unk>; no added-token list of tokenizer_config.json other than tokenizer.json's, no saved
+truncation), `native_tokenizer` does the same on a `tokenizers.Tokenizer` and answers what a run
+asks before its passes: the special tokens and their ids, the sides, the chat template
+(tokenizer_facts.ATTRS), ids of texts (`tok(texts, add_special_tokens=...)["input_ids"]`),
+`len(tok)` and chat-template renders (native_template). Anything else (decoding, ...) loads the
+real tokenizer through tokenizer_loading and asks it, as StoredTokenizer does.
+tests/test_native_tokenizer.py compares it with the real one on every test folder.
 """
 
 from __future__ import annotations
@@ -71,17 +72,26 @@ def native_tokenizer(path: str, load):
               if key.endswith("_token") and key not in SPECIALS and isinstance(value, (str, dict))]  # not add_bos_token's flag
     if any(_content(value) not in added for value in others):
         return None
-    attrs = {}
+    attrs, missing = {}, []
     padding = backend.padding if saved_padding(folder / "tokenizer.json") else None
     for key in SPECIALS:  # the folder's, else the class default, else (pad) the saved padding's, as the loader's
         if key in cfg or key in stm or key in spec["specials"]:
-            token = _content(cfg[key] if key in cfg else stm[key] if key in stm else spec["specials"][key])
+            value = cfg[key] if key in cfg else stm[key] if key in stm else spec["specials"][key]
         else:
-            token = padding["pad_token"] if key == "pad_token" and padding else None
-        tid = None if token is None else added.get(token)
-        if token is not None and tid is None:  # transformers would add it (to the vocabulary, or as special)
-            return None
-        attrs[key], attrs[key + "_id"] = token, tid
+            value = padding["pad_token"] if key == "pad_token" and padding else None
+        token = _content(value)
+        if token is not None and token not in added:
+            if not isinstance(value, str) or backend.token_to_id(token) is not None:
+                return None  # transformers makes a vocabulary entry special, or adds a token with these flags
+            missing.append(token)
+        attrs[key] = token
+    # a special token the vocabulary lacks (LlamaTokenizerFast's default <unk>): transformers adds it at
+    # the end of the vocabulary, as a special token, in this order
+    from tokenizers import AddedToken
+
+    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in missing])
+    for key in SPECIALS:
+        attrs[key + "_id"] = None if attrs[key] is None else backend.token_to_id(attrs[key])
     side = cfg.get("padding_side")
     if side is None:
         side = str(padding["direction"]).lower() if padding else spec.get("padding_side", "right")

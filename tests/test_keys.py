@@ -162,3 +162,25 @@ def test_store_keys_name_a_development_transformers(monkeypatch):
     monkeypatch.setattr(keys, "install_sources", lambda name: "sources:abc" if name == "transformers" else None)
     assert keys.library_versions()["transformers_sources"] == "sources:abc"
     assert keys.tokenized_key(("rmbench_fast.scorers.rm",), "tok") != before
+
+
+def test_keys_of_entries_kept_in_memory_only(monkeypatch):
+    """Without a result store (--no-cache) entries live in this process, computed and read by the
+    same code and libraries: their keys leave those out (no source is read for them), and still
+    tell apart every other input."""
+    cpu = keys.pass_key(("rmbench_fast.scorers.rm",), "model", "tok", None, False, False, "float32")
+    tok = keys.tokenized_key(("rmbench_fast.scorers.rm",), "tok", "tulu")
+    monkeypatch.setattr(keys, "code_fingerprint", lambda roots: (_ for _ in ()).throw(AssertionError(roots)))
+    monkeypatch.setattr(keys, "library_versions", lambda: (_ for _ in ()).throw(AssertionError()))
+    memory = keys.pass_key(("rmbench_fast.scorers.rm",), "model", "tok", None, False, False, "float32",
+                           in_memory=True)
+    assert memory != cpu
+    others = [keys.pass_key(("rmbench_fast.scorers.rm",), *args, in_memory=True) for args in [
+        ("model2", "tok", None, False, False, "float32"), ("model", "tok2", None, False, False, "float32"),
+        ("model", "tok", "NVIDIA H200", False, False, "float32"), ("model", "tok", None, True, False, "float32"),
+        ("model", "tok", None, False, True, "float32"), ("model", "tok", None, False, False, "bfloat16")]]
+    assert len({memory, *others}) == 7
+    in_memory = keys.tokenized_key(("rmbench_fast.scorers.rm",), "tok", "tulu", in_memory=True)
+    assert in_memory != tok
+    assert len({in_memory, keys.tokenized_key((), "tok2", "tulu", in_memory=True),
+                keys.tokenized_key((), "tok", "zephyr", in_memory=True)}) == 3

@@ -220,6 +220,11 @@ def shares_prefix(o: ScoreOptions, mode: str, device, compat: bool, config=None)
             and o.engine == "local" and config is not None and expected(config))
 
 
+def in_memory(o: ScoreOptions, store: Store) -> bool:
+    """Whether this run's store entries live in this process alone (store.keys.IN_MEMORY)."""
+    return not store.enabled and o.engine == "local" and o.tp == 1
+
+
 def prepare(o: ScoreOptions, store: Store, reuse: dict | None = None, given: Given | None = None) -> Prepared:
     check_options(o)
     t_load = time.perf_counter()
@@ -248,7 +253,7 @@ def prepare(o: ScoreOptions, store: Store, reuse: dict | None = None, given: Giv
     tok_key = None if tok_fp is None else tokenized_key(
         scorer.code_modules(), tok_fp, fmt.name, fmt.jinja, fmt.text("{prompt}", "{response}"),
         data_fingerprint(samples), type(scorer).__name__, compat, official_tokenizer_class(tokenizer, tok_path),
-        fmt.tokenizer_has_template, *scorer.encode_key())
+        fmt.tokenizer_has_template, *scorer.encode_key(), in_memory=in_memory(o, store))
     cached = store.get(tok_key) if tok_key else None
     if cached is not None:
         seqs = unpack(cached)

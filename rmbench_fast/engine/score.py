@@ -29,7 +29,7 @@ from .checks import check_output
 from .finished import file_hashes, finished_run, keep_run, run_stamp, stored_run
 from .options import ScoreOptions
 from .preflight import pass_plan, placement_key
-from .prepare import Prepared, prepare
+from .prepare import Prepared, in_memory, prepare
 from .progress import Progress
 from .report import run_info, timing
 from .result import ScoreRun
@@ -120,7 +120,7 @@ def model_pass(prep: Prepared, o: ScoreOptions, model_path: str, role: str, stor
                        *((f"tp{o.tp}",) if o.tp > 1 else ()),  # ranks sum in another order: not the same bits
                        # each Ray unit computes its prompts' prefixes in its own batches: not the same bits
                        *(("ray-prefixes",) if o.engine == "ray" and prep.plan is not None else ()),
-                       *placement_key(o, prep.target))
+                       *placement_key(o, prep.target), in_memory=in_memory(o, store))
     if o.engine == "ray" and lent is not None:
         raise UsageError(f"{role} {model_path}: a model loaded in memory is scored in this process; give its path to "
                          "score it on Ray workers")

@@ -98,7 +98,14 @@ def device_versions(gpu: str | None, int8: bool = False) -> dict:
     return out
 
 
-def tokenized_key(code_modules: tuple[str, ...], tokenizer_fp: str, *parts) -> str:
+# An entry kept in this process's memory only (no result store: --no-cache) is computed and read by the
+# same code and libraries, so its key leaves them out (their fingerprint is 0.06 s of a run's fixed cost)
+IN_MEMORY = "this process"
+
+
+def tokenized_key(code_modules: tuple[str, ...], tokenizer_fp: str, *parts, in_memory: bool = False) -> str:
+    if in_memory:
+        return sha256_text("tokenized", IN_MEMORY, tokenizer_fp, *parts)
     code = code_fingerprint(tuple(sorted({*code_modules, *TOKENIZE_ROOTS})))
     return sha256_text("tokenized", code, library_versions(), tokenizer_fp, *parts)
 
@@ -116,9 +123,11 @@ def tokenizer_facts_key(tokenizer_fp: str, *parts) -> str:
 
 
 def pass_key(code_modules: tuple[str, ...], model_fp: str, tokenized: str, gpu: str | None, int8: bool,
-             prefix: bool, *parts) -> str:
+             prefix: bool, *parts, in_memory: bool = False) -> str:
     """gpu: the model of the GPU the pass computes on, as the process computing it names it
-    (models.device.Target.gpu); None on the CPU."""
+    (models.device.Target.gpu); None on the CPU. in_memory: see IN_MEMORY."""
+    if in_memory:
+        return sha256_text("pass", IN_MEMORY, gpu, int8, prefix, model_fp, tokenized, *parts)
     roots = {*code_modules, *PASS_ROOTS, *(PREFIX_ROOTS if prefix else ())}
     code = code_fingerprint(tuple(sorted(roots)))
     return sha256_text("pass", code, library_versions(), device_versions(gpu, int8), model_fp, tokenized, *parts)

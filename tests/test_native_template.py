@@ -51,7 +51,8 @@ TEMPLATES = {
     "generation": ("{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}<A>{{ m.content }}"
                    "{% endgeneration %}{% else %}<U>{{ m.content }}{% endif %}{% endfor %}"),
     "variables": ("{{ bos_token }}|{{ eos_token }}|{{ unk_token }}|{{ pad_token }}|{{ sep_token }}|"
-                  "{{ tools is none }}|{{ documents is none }}|{{ add_generation_prompt }}|{{ strftime_now('%Y') }}"),
+                  "{{ tools is none }}|{{ documents is none }}|{{ add_generation_prompt }}|{{ strftime_now('%Y') }}|"
+                  "{{ namespace }}"),
     "underscore_namespace": "{% set ns = namespace() %}{% set ns._x = 1 %}{{ messages[0].content }}",
     "unsafe_attribute": "{{ messages.__class__.__mro__ }}{{ messages[0].content }}",
     "not_jinja": "{% for m in messages %}{{ m.content }",
@@ -80,9 +81,10 @@ def outcome(render):
 
 
 @native_only
+@pytest.mark.parametrize("base", ["qwen2_ptf", "llama_default"])  # llama_default: <unk> appended, BOS added
 @pytest.mark.parametrize("name", sorted(TEMPLATES))
-def test_renders_as_transformers(folders, tmp_path, name):
-    folder = with_config(folders["qwen2_ptf"], tmp_path, name, chat_template=TEMPLATES[name])
+def test_renders_as_transformers(folders, tmp_path, name, base):
+    folder = with_config(folders[base], tmp_path, name, chat_template=TEMPLATES[name], pad_token="</s>")
     loads = []
     native = native_tokenizer(str(folder), lambda: loads.append(1) or load_tokenizer(str(folder)))
     real = load_tokenizer(str(folder))
@@ -122,7 +124,8 @@ def test_named_templates(folders, tmp_path):
 @native_only
 @pytest.mark.parametrize("case", ["other transformers", "sep token", "other keys", "tokenize", "changed"])
 def test_what_it_cannot_say_goes_to_the_real_tokenizer(folders, tmp_path, monkeypatch, case):
-    template = "{{ sep_token }}{% for m in messages %}{{ m.role }}:{{ m.content }}|{{ m.name }}{% endfor %}"
+    template = ("{{ sep_token }}{% for m in messages %}{{ m.role }}:{{ m.content }}|{{ m.name }}{% endfor %}"
+                "{{ eos_token }}")
     extra = {"sep_token": "</s>"} if case == "sep token" else {}  # a special token the map names: a template variable
     folder = str(with_config(folders["qwen2_ptf"], tmp_path, "x", chat_template=template, **extra))
     if case == "other transformers":
@@ -152,6 +155,7 @@ def test_the_digest_covers_what_renders(monkeypatch, tmp_path):
     src = Path(list(spec.submodule_search_locations)[0])
     base = (src / "tokenization_utils_base.py").read_text(encoding="utf-8")
     utils = (src / "utils" / "chat_template_utils.py").read_text(encoding="utf-8")
+    backend = (src / "tokenization_utils_tokenizers.py").read_text(encoding="utf-8")
     installed = native_template.restates_installed()
     root = tmp_path / "transformers"
     (root / "utils").mkdir(parents=True)
@@ -159,13 +163,19 @@ def test_the_digest_covers_what_renders(monkeypatch, tmp_path):
                         lambda name: type("Spec", (), {"submodule_search_locations": [str(root)]}))
     changes = [("", ""), ("template_kwargs = {**self.special_tokens_map, **kwargs}", "template_kwargs = kwargs"),
                ("if self._special_tokens_map.get(attr) is not None", "if True"),
-               ("chat_template = template_dict[chat_template]", "pass")]
+               ("chat_template = template_dict[chat_template]", "pass"),
+               ('        "sep_token",\n', "")]  # special_tokens_map's names
+    (root / "utils" / "chat_template_utils.py").write_text(utils, encoding="utf-8")
+    (root / "tokenization_utils_tokenizers.py").write_text(backend, encoding="utf-8")
     for old, new in changes:
         assert old in base
         (root / "tokenization_utils_base.py").write_text(base.replace(old, new), encoding="utf-8")
-        (root / "utils" / "chat_template_utils.py").write_text(utils, encoding="utf-8")
         assert native_template.restates_installed() is (installed and old == new), old
     (root / "tokenization_utils_base.py").write_text(base, encoding="utf-8")
-    (root / "utils" / "chat_template_utils.py").write_text(utils.replace("trim_blocks=True", "trim_blocks=False"),
-                                                          encoding="utf-8")
-    assert native_template.restates_installed() is False
+    for name, text in [("utils/chat_template_utils.py", utils.replace("trim_blocks=True", "trim_blocks=False")),
+                       ("tokenization_utils_tokenizers.py",  # TokenizersBackend overriding a method
+                        backend + "\n    def special_tokens_map(self):\n        return {}\n")]:
+        (root / name).write_text(text, encoding="utf-8")
+        assert native_template.restates_installed() is False, name
+        (root / name).write_text(utils if name.startswith("utils") else backend, encoding="utf-8")
+    assert native_template.restates_installed() is installed

@@ -82,7 +82,10 @@ def test_special_tokens_the_vocabulary_lacks_are_added_as_transformers_adds_them
                    "single_word": False}},  # a token the vocabulary lacks, with flags of its own
     {"added_tokens_decoder": {"0": {"content": "<s>", "lstrip": True, "rstrip": False, "normalized": False,
                                     "special": True, "single_word": False}}},  # other flags than tokenizer.json's
-    {"split_special_tokens": True}])
+    {"split_special_tokens": True},
+    {"pad_token": ""},  # transformers answers the unk id for it
+    {"model_specific_special_tokens": {"image_token": "<s>"}},  # more named special tokens
+    {"eos_token": {"content": "</s>", "lstrip": True}}])  # an added token, re-added with other flags
 def test_what_only_transformers_builds_is_left_to_it(folders, tmp_path, change):
     d = tmp_path / "x"
     shutil.copytree(folders["qwen2_ptf"], d)
@@ -99,3 +102,33 @@ def test_a_change_goes_to_the_real_tokenizer(folders, texts, tmp_path):
     real = load_tokenizer(folder)
     real.add_eos_token = True
     assert native(texts)["input_ids"] == real(texts)["input_ids"]
+
+
+@pytest.mark.parametrize("case", ["map over config", "map's extra tokens", "not special in tokenizer.json"])
+def test_special_tokens_map_and_flags(folders, texts, tmp_path, case):
+    """special_tokens_map.json's tokens win over tokenizer_config.json's (as transformers merges
+    them); its extra special tokens, and a named special token tokenizer.json lists as not special
+    (transformers makes it special), are left to transformers."""
+    d = tmp_path / "x"
+    shutil.copytree(folders["llama_map"], d)
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    if case == "map over config":
+        (d / "tokenizer_config.json").write_text(json.dumps({**cfg, "eos_token": "<s>", "chat_template": "{{ eos_token }}"}))
+    elif case == "map's extra tokens":
+        stm = json.loads((d / "special_tokens_map.json").read_text())
+        (d / "special_tokens_map.json").write_text(json.dumps({**stm, "extra_special_tokens": ["<new>"]}))
+    else:
+        tj = json.loads((d / "tokenizer.json").read_text())
+        for t in tj["added_tokens"]:
+            t["special"] = t["content"] != "</s>"
+        (d / "tokenizer.json").write_text(json.dumps(tj))
+    loads = []
+    native = native_tokenizer(str(d), lambda: loads.append(1) or load_tokenizer(str(d)))
+    if case != "map over config":
+        assert native is None
+        return
+    real = load_tokenizer(str(d))
+    assert real.eos_token == "</s>"  # the map's
+    same_as_real(native, real, texts, loads)
+    assert native.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False) == \
+        real.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False) == "</s>"

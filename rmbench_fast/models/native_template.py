@@ -23,7 +23,7 @@ from pathlib import Path
 
 # sha256 of `_sources()` for the transformers versions Renderer restates
 KNOWN = {
-    "5.25.0": "1bbf62e39be4b08a34d74ff49e79acd1c23e1b7d617bc68cc4be2087bc103ddd",
+    "5.25.0": "706889293526f9243dc817ed7773021c8baf55f46f6dec5ad54084951d0f5e72",
 }
 METHODS = ("apply_chat_template", "get_chat_template", "special_tokens_map")
 
@@ -43,12 +43,14 @@ def _sources() -> str | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     root = Path(list(spec.submodule_search_locations)[0])
-    try:
-        base = (root / "tokenization_utils_base.py").read_text(encoding="utf-8")
-        utils = (root / "utils" / "chat_template_utils.py").read_text(encoding="utf-8")
+    try:  # (TokenizersBackend overrides none of the methods: an override would change the digest)
+        base, backend, utils = ((root / f).read_text(encoding="utf-8") for f in (
+            "tokenization_utils_base.py", "tokenization_utils_tokenizers.py", "utils/chat_template_utils.py"))
     except OSError:
         return None
-    parts = [_method(base, m) for m in METHODS] + [utils]
+    start = base.find("    SPECIAL_TOKENS_ATTRIBUTES = [")  # the names special_tokens_map holds
+    attributes = base[start:base.find("]", start) + 1] if start >= 0 else ""
+    parts = [_method(base, m) for m in METHODS] + [_method(backend, m) for m in METHODS] + [attributes, utils]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
@@ -56,8 +58,11 @@ def restates_installed() -> bool:
     """Whether the installed transformers renders chat templates as Renderer does."""
     import jinja2
 
-    digest = _sources()
-    return digest is not None and digest in KNOWN.values() and tuple(map(int, jinja2.__version__.split(".")[:3])) >= (3, 1, 6)
+    try:
+        recent = tuple(map(int, jinja2.__version__.split(".")[:3])) >= (3, 1, 6)  # transformers' floor
+    except ValueError:  # a pre-release: let transformers judge it
+        return False
+    return recent and _sources() in KNOWN.values()
 
 
 def plain_messages(conversation) -> bool:
@@ -95,7 +100,9 @@ class Renderer:
             template = own
         if template is None:
             raise ValueError("Cannot use chat template functions because tokenizer.chat_template is not set and no "
-                             "template argument was passed!")
+                             "template argument was passed! For information about writing templates and setting the "
+                             "tokenizer.chat_template attribute, please see the documentation at "
+                             "https://huggingface.co/docs/transformers/main/en/chat_templating")
         compiled = self._compiled.get(template)
         if compiled is None:
             compiled = self._compiled[template] = self._environment().from_string(template)
@@ -170,6 +177,9 @@ def _environment():
                     f"Chat templates cannot store underscore-prefixed attributes on a namespace, but got {name!r}. "
                     "Please rename the attribute.")
 
+    # printed by a template that prints the class itself: transformers' names
+    Namespace.__module__, Namespace.__qualname__ = ("transformers.utils.chat_template_utils",
+                                                    "_cached_compile_jinja_template.<locals>.TemplateNamespace")
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                         extensions=[Generation, jinja2.ext.loopcontrols])
     env.filters["tojson"] = tojson

@@ -26,6 +26,8 @@ from .native_template import Renderer, plain_messages, restates_installed
 from .versions import transformers_version
 
 SPECIALS = ("bos_token", "eos_token", "unk_token", "pad_token")
+# keys that name more special tokens (each a chat template variable or an appended token): transformers only
+EXTRA = ("additional_special_tokens", "extra_special_tokens", "model_specific_special_tokens")
 
 
 def _content(value):
@@ -42,8 +44,7 @@ def native_tokenizer(path: str, load):
     name = class_451(folder, cfg)
     if (name not in CLASSES_451 or "auto_map" in cfg or cfg.get("from_slow")
             or (name == "LlamaTokenizer" and cfg.get("add_prefix_space") is not None)
-            or cfg.get("additional_special_tokens") or cfg.get("extra_special_tokens")
-            or cfg.get("split_special_tokens") or cfg.get("fix_mistral_regex")
+            or any(cfg.get(k) for k in EXTRA) or cfg.get("split_special_tokens") or cfg.get("fix_mistral_regex")
             or (folder / "added_tokens.json").exists()):
         return None
     from tokenizers import Tokenizer
@@ -57,14 +58,11 @@ def native_tokenizer(path: str, load):
     decoder = backend.get_added_tokens_decoder()
     added = {t.content: i for i, t in decoder.items()}
     for i, t in (cfg.get("added_tokens_decoder") or {}).items():  # transformers adds these again: as they are
-        have = decoder.get(int(i)) if str(i).isdigit() else None
-        if have is None or not isinstance(t, dict) or any(
-                t.get(f) != getattr(have, f) for f in ("content", "lstrip", "rstrip", "normalized", "special",
-                                                       "single_word") if f in t):
+        if not _same_flags(t, decoder.get(int(i)) if str(i).isdigit() else None):
             return None
     spec = CLASSES_451[name]
     stm = {} if "added_tokens_decoder" in cfg else read_json(folder / "special_tokens_map.json")
-    if stm.get("additional_special_tokens"):
+    if any(stm.get(k) for k in EXTRA):
         return None
     # any other special token the folder names (sep, cls, mask, ...): transformers adds it, so it must be
     # an added token already (and it is a variable of chat templates: those render through transformers)
@@ -74,16 +72,20 @@ def native_tokenizer(path: str, load):
         return None
     attrs, missing = {}, []
     padding = backend.padding if saved_padding(folder / "tokenizer.json") else None
-    for key in SPECIALS:  # the folder's, else the class default, else (pad) the saved padding's, as the loader's
+    for key in SPECIALS:  # the folder's (its special_tokens_map.json's over its config's), else the class
+        # default, else (pad) the saved padding's, as the loader's
         if key in cfg or key in stm or key in spec["specials"]:
-            value = cfg[key] if key in cfg else stm[key] if key in stm else spec["specials"][key]
+            value = stm[key] if key in stm else cfg[key] if key in cfg else spec["specials"][key]
         else:
             value = padding["pad_token"] if key == "pad_token" and padding else None
         token = _content(value)
         if token is not None and token not in added:
-            if not isinstance(value, str) or backend.token_to_id(token) is not None:
-                return None  # transformers makes a vocabulary entry special, or adds a token with these flags
+            if not isinstance(value, str) or not value or backend.token_to_id(token) is not None:
+                return None  # transformers makes a vocabulary entry special, adds a token with these flags, ...
             missing.append(token)
+        elif token is not None and not (decoder[added[token]].special and (isinstance(value, str)
+                                                                           or _same_flags(value, decoder[added[token]]))):
+            return None  # transformers makes it special / re-adds it with the folder's flags
         attrs[key] = token
     # a special token the vocabulary lacks (LlamaTokenizerFast's default <unk>): transformers adds it at
     # the end of the vocabulary, as a special token, in this order
@@ -109,6 +111,13 @@ def native_tokenizer(path: str, load):
     cls = type("TokenizersBackend", (NativeTokenizer,), {"__module__": __name__})  # the real loader's class name
     specials = None if others else {k: attrs[k] for k in SPECIALS if attrs[k] is not None}  # special_tokens_map
     return cls(backend, {a: attrs.get(a) for a in ATTRS}, load, specials)
+
+
+def _same_flags(given, have) -> bool:
+    """Whether a token as the folder gives it ({content, lstrip, ...}) is the added token `have`."""
+    return have is not None and isinstance(given, dict) and all(
+        given[f] == getattr(have, f) for f in ("content", "lstrip", "rstrip", "normalized", "special", "single_word")
+        if f in given)
 
 
 def _prefix_space(backend, want) -> bool:

@@ -8,7 +8,9 @@ the modules a key's computation starts from (the scorer's, for instance) and of 
 import (store.code's graph), so an edit elsewhere (the command line, plots, another family's
 scorer) keeps every stored entry, and an editable install under development never reuses an entry
 across an edit that could change it; the same holds for torch, transformers and tokenizers installed
-for development (install_sources). Nothing here is a hand-bumped tag or a hand-kept list.
+for development (install_sources). Nothing here is a hand-bumped tag or a hand-kept list. The one
+exception: entries kept in one process's memory only (no store on disk, IN_MEMORY) leave the code
+and library versions out, since every entry of that process shares them.
 """
 
 from __future__ import annotations
@@ -99,7 +101,7 @@ def device_versions(gpu: str | None, int8: bool = False) -> dict:
 
 
 # An entry kept in this process's memory only (no result store: --no-cache) is computed and read by the
-# same code and libraries, so its key leaves them out (their fingerprint is 0.06 s of a run's fixed cost)
+# same code and libraries, so its key leaves them out (their fingerprint is 0.05 s of a run's fixed cost)
 IN_MEMORY = "this process"
 
 

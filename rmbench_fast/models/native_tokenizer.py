@@ -173,7 +173,9 @@ class NativeTokenizer(StoredTokenizer):
                              return_token_type_ids=return_token_type_ids, **kw)
         if isinstance(text, str):
             return {"input_ids": self._backend.encode(text, add_special_tokens=add_special_tokens).ids}
-        return {"input_ids": [e.ids for e in self._backend.encode_batch(text, add_special_tokens=add_special_tokens)]}
+        # without offsets where tokenizers has it (>= 0.21): the same ids, 20% sooner
+        encode = getattr(self._backend, "encode_batch_fast", self._backend.encode_batch)
+        return {"input_ids": [e.ids for e in encode(text, add_special_tokens=add_special_tokens)]}
 
     def apply_chat_template(self, conversation, chat_template=None, tokenize=True, **kw):
         """Rendered text (tokenize=False) of role / content messages: native_template's Renderer, where

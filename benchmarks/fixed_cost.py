@@ -2,6 +2,8 @@
 and how low it could go without transformers (issue 34's goal: 1.5 s, --no-cache, fp32, CPU).
 
     python benchmarks/fixed_cost.py --model-dir /tmp/rmbench-profile-models --out benchmarks/results/fixed-cost-cpu.json
+    python benchmarks/fixed_cost.py --model-dir /tmp/rmbench-profile-models --variant llama-template \
+        --out benchmarks/results/fixed-cost-cpu-llama-template.json
 
 Three measurements, each repeated (--repeats) in fresh processes, medians kept:
 1. `python -c pass`: the interpreter's own start and exit;
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -79,8 +82,29 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--variant", choices=sorted(VARIANTS), default="plain",
+                    help="plain: rm/ as it is; llama-template: its tokenizer as LlamaTokenizerFast (whose default "
+                         "<unk> the vocabulary lacks) with a Jinja chat template")
     a = ap.parse_args()
-    rm = str(Path(a.model_dir) / "rm")
+    with tempfile.TemporaryDirectory() as tmp:
+        measure(a, VARIANTS[a.variant](Path(a.model_dir) / "rm", Path(tmp)))
+
+
+def llama_template(rm: Path, tmp: Path) -> str:
+    """A copy of rm/ whose tokenizer_config.json names LlamaTokenizerFast and holds a chat template."""
+    shutil.copytree(rm, tmp / "rm")
+    cfg_path = tmp / "rm" / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg.update(tokenizer_class="LlamaTokenizerFast", chat_template=(
+        "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] | trim }}{{ eos_token }}\n{% endfor %}"))
+    cfg_path.write_text(json.dumps(cfg, indent=2))
+    return str(tmp / "rm")
+
+
+VARIANTS = {"plain": lambda rm, tmp: str(rm), "llama-template": llama_template}
+
+
+def measure(a, rm: str) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     py = sys.executable
 
@@ -102,7 +126,8 @@ def main() -> None:
     transformers_s = sum(steps[k] for k in TRANSFORMERS)
     result = {
         "command": f"python benchmarks/fixed_cost.py --model-dir {a.model_dir} --limit {a.limit} "
-                   f"--repeats {a.repeats} --out F",
+                   f"--repeats {a.repeats} --variant {a.variant} --out F",
+        "variant": a.variant,
         "machine": os.environ.get("RMBENCH_MACHINE", "unnamed: set RMBENCH_MACHINE"),
         "threads": __import__("torch").get_num_threads(), "repeats": a.repeats, "limit_per_domain": a.limit,
         "interpreter_s": interpreter, "steps_s": steps, "run_timing_s": run, "runs": runs,

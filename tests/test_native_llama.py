@@ -43,6 +43,35 @@ def test_whole_forwards_are_the_same_bits(tmp_path, dtype, kv_heads):
                 assert torch.equal(native.model(input_ids=ids)[0], real.model(input_ids=ids, use_cache=False)[0])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_masked_forwards_are_the_same_bits(tmp_path, dtype, kv_heads):
+    """A batch whose rows have their first token masked (a doubled BOS), and right padding, as the RM
+    scorer hands it: the same bits as transformers 5's (whose mask the native one restates), in the
+    whole forward and in the RM read-out, which takes the model's own mask."""
+    from rmbench_fast.models.versions import transformers_version
+    from rmbench_fast.scorers.readout import readout_fn
+
+    if transformers_version() < (5,):
+        pytest.skip("transformers 4 builds another mask: those runs load transformers' model")
+    ids = torch.randint(1, 320, (4, 29))
+    mask = torch.ones_like(ids)
+    mask[[0, 2], 0] = 0  # rows 0 and 2: the first BOS masked
+    ids[1, 20:], mask[1, 20:] = 0, 0  # row 1 right-padded
+    for kind in ("rm", "lm"):
+        real, native = build(tmp_path, kind, kv_heads, dtype)
+        with torch.inference_mode():
+            want = real(input_ids=ids, attention_mask=mask, use_cache=False).logits
+            got = native(input_ids=ids, attention_mask=mask, use_cache=False).logits
+            assert torch.equal(got, want), kind
+            if kind == "rm":
+                want = readout_fn(real, 0)(ids, mask)
+                assert torch.equal(readout_fn(native, 0)(ids, mask), want)
+                assert not torch.equal(want, readout_fn(real, 0)(ids, torch.ones_like(mask)))  # the mask matters
+    with pytest.raises(TypeError, match="whole sequences"):
+        native.model(input_ids=ids, attention_mask=mask, use_cache=True)
+
+
 def test_tied_embeddings_are_one_tensor(tmp_path):
     real, native = build(tmp_path, "lm", 4, torch.float32, tie_word_embeddings=True)
     ids = torch.randint(1, 320, (2, 19))
@@ -76,7 +105,7 @@ def test_what_it_does_not_take_is_an_error(tmp_path):
     _, native = build(tmp_path, "lm", 4, torch.float32)
     ids = torch.randint(1, 320, (1, 5))
     for bad in ({"past_key_values": object()}, {"logits_to_keep": 1}, {"output_hidden_states": True},
-                {"attention_mask": torch.ones(1, 5, dtype=torch.long)}):
+                {"attention_mask": torch.ones(1, 5, dtype=torch.long), "use_cache": True}):
         with pytest.raises((TypeError, ValueError)):
             native(input_ids=ids, **bad)
     native(input_ids=ids, output_hidden_states=False, output_attentions=False, use_cache=False)
@@ -94,7 +123,7 @@ def test_wrong_weights_are_an_error(tmp_path):
         native_llama.load(str(d), native_config(str(d), None), torch.float32, torch.device("cpu"))
 
 
-@pytest.mark.parametrize("kind", ["rm", "dpo", "rm with a chat template"])
+@pytest.mark.parametrize("kind", ["rm", "dpo", "rm with a chat template", "rm with a doubled BOS"])
 def test_a_plain_llama_run_never_imports_transformers(world, kind, request, tmp_path):
     """The whole run (config, tokenizer, its chat template, model, passes, results) without
     transformers' import, and the scores of the run with it (the same bits). Under transformers 4
@@ -114,13 +143,14 @@ def test_a_plain_llama_run_never_imports_transformers(world, kind, request, tmp_
     from rmbench_fast.engine.score import ScoreOptions, score
 
     models = {"model": world["rm"]} if kind.startswith("rm") else {"model": world["policy"], "ref_model": world["ref"]}
-    if kind == "rm with a chat template":
+    if kind.startswith("rm with"):
         if not native_template.restates_installed():
             pytest.skip("this transformers' chat-template rendering is not restated (its tokenizer renders)")
         shutil.copytree(world["rm"], tmp_path / "rm")
         cfg = json.loads((tmp_path / "rm" / "tokenizer_config.json").read_text())
-        cfg["chat_template"] = ("{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] | trim }}{{ eos_token }}"
-                                "\n{% endfor %}")  # no bos_token: the tokenizer adds one (a doubled one is masked)
+        # the tokenizer adds a BOS: a template's own makes it a doubled one, whose first is masked
+        cfg["chat_template"] = (("{{ bos_token }}" if kind.endswith("BOS") else "") + "{% for m in messages %}<|"
+                                "{{ m['role'] }}|>\n{{ m['content'] | trim }}{{ eos_token }}\n{% endfor %}")
         (tmp_path / "rm" / "tokenizer_config.json").write_text(json.dumps(cfg))
         models = {"model": str(tmp_path / "rm")}
     code = ("import json, sys\nfrom rmbench_fast.engine.score import ScoreOptions, score\n"

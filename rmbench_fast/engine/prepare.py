@@ -30,6 +30,7 @@ from ..models.loading import load_config, load_tokenizer, tokenizer_folder
 from ..models.precision import Precision
 from ..models.precision import choose as choose_precision
 from ..models.tokenizer_loading import read_json
+from ..models.versions import transformers_version
 from ..models.weight_files import check_weights
 from ..scorers import Scorer, make_scorer
 from ..store.entries import Store
@@ -263,9 +264,7 @@ def prepare(o: ScoreOptions, store: Store, reuse: dict | None = None, given: Giv
             store.put(tok_key, pack(seqs))
     tokenize_s = time.perf_counter() - t0
     context_check(samples, seqs, config, compat)
-    # a plain Llama without transformers (models.native_llama) takes unmasked batches in this process only
-    scorer.native = (o.engine == "local" and o.tp == 1 and not o.device_map and not compat
-                     and not scorer.masks_attention(seqs, range(len(seqs)), is_causal_decoder(config)))
+    masked = scorer.masks_attention(seqs, range(len(seqs)), is_causal_decoder(config))
     lengths = np.array([len(e.ids) for e in seqs], dtype=np.int64)
     max_tokens = o.max_tokens_per_batch or DEFAULT_MAX_TOKENS.get(device.type, DEFAULT_MAX_TOKENS["cuda"])
     plan = None
@@ -275,6 +274,10 @@ def prepare(o: ScoreOptions, store: Store, reuse: dict | None = None, given: Giv
         plan = plan_prefixes([e.ids for e in seqs], limits, kv_bytes_per_token(config, dtype),
                              default_budget_bytes(target.memory, o.prefix_cache_mb), group_size=sizes)
         plan = plan if plan.saved_tokens() > 0 else None
+    # a plain Llama without transformers (models.native_llama), in this process only; masked batches
+    # (a doubled BOS) whole and masked as transformers 5 masks them
+    scorer.native = (o.engine == "local" and o.tp == 1 and not o.device_map and not compat
+                     and (not masked or (plan is None and transformers_version() >= (5,))))
     if plan is not None:
         batch_lengths = lengths - plan.prefix
         batches = plan_batches(lengths, plan, max_tokens, o.max_batch_size)

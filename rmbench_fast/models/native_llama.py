@@ -1,13 +1,13 @@
-"""Llama without transformers (WIP for issue 34): the modules of transformers' Llama, restated in its
-op order so that every output is the same bits (benchmarks/native_forward.py: equal under 5.25 and
+"""Llama without transformers (issue 34): the modules of transformers' Llama, restated in its op
+order so that every output is the same bits (benchmarks/native_forward.py: equal under 5.25 and
 4.51, fp32 and bf16), with the same attribute names (model.layers[i].self_attn.q_proj, score,
 lm_head: checkpoints load as they are), built from a native_config and model.safetensors.
 
-What a run hands a model and this module takes: right-padded causal batches without a mask (a
-batch with a mask is not for this module: the caller decides before loading, from its rows), the
-RM read-out position, use_cache=True returning each layer's keys and values (PrefixKV's prefix
-batches), and a split prefix (inputs.prefix_attention.KEY) for the suffix batches. Not wired into
-runs yet.
+What a run hands a model and this module takes: right-padded causal batches without a mask, or
+whole sequences with a 2D mask (a masked doubled BOS), masked as transformers 5 masks them
+(transformers 4 builds another mask: engine.prepare leaves those runs to it); the RM read-out
+position; use_cache=True returning each layer's keys and values (PrefixKV's prefix batches); and a
+split prefix (inputs.prefix_attention.KEY) for the suffix batches.
 """
 
 from __future__ import annotations
@@ -78,8 +78,6 @@ class LlamaAttention(nn.Module):
         self.o_proj = _linear(c.num_attention_heads * c.head_dim, c.hidden_size)
 
     def forward(self, hidden_states, position_embeddings, attention_mask=None, kv=None, **kwargs):
-        if attention_mask is not None:
-            raise ValueError("native Llama takes causal batches without a mask")
         b, t = hidden_states.shape[:2]
         q, k, v = (p(hidden_states).view(b, t, -1, self.head_dim).transpose(1, 2)
                    for p in (self.q_proj, self.k_proj, self.v_proj))
@@ -90,9 +88,28 @@ class LlamaAttention(nn.Module):
         split = kwargs.get(KEY)
         if split is not None:  # a suffix batch on shared prefixes (inputs.prefix_attention)
             a = split.attend(q, k, v, self.layer_idx, self.scaling)
+        elif attention_mask is not None:  # transformers 5's SDPA call with a mask: key / value heads repeated
+            if self.gqa:
+                k, v = (_repeat_heads(x, q.shape[1] // x.shape[1]) for x in (k, v))
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, dropout_p=0.0, scale=self.scaling,
+                                               is_causal=False)
         else:
             a = F.scaled_dot_product_attention(q, k, v, scale=self.scaling, is_causal=t > 1, enable_gqa=self.gqa)
         return self.o_proj(a.transpose(1, 2).reshape(b, t, -1)), None
+
+
+def _repeat_heads(x, n: int):
+    """Each key / value head n times in a row, as transformers' repeat_kv writes it."""
+    b, h, t, d = x.shape
+    return x[:, :, None].expand(b, h, n, t, d).reshape(b, h * n, t, d)
+
+
+def causal_padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """transformers 5's SDPA mask for a 2D attention mask (1: attend) without a cache: [b, 1, t, t]
+    booleans, key <= query and the key not masked."""
+    t = attention_mask.shape[1]
+    pos = torch.arange(t, device=attention_mask.device)
+    return (pos[None, None, None, :] <= pos[None, None, :, None]) & attention_mask.bool()[:, None, None, :]
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -136,6 +153,10 @@ class LlamaModel(nn.Module):
         other = sorted(k for k, v in kwargs.items() if k != KEY and v is not None and v is not False)
         if other:  # a cache to extend, logits_to_keep, outputs to capture: not this module's
             raise TypeError(f"native Llama does not take {other}")
+        if attention_mask is not None:  # a masked batch (a doubled BOS): whole sequences only
+            if use_cache or kwargs.get(KEY) is not None:
+                raise TypeError("native Llama takes a mask only for whole sequences without a cache")
+            attention_mask = causal_padding_mask(attention_mask)
         h = self.embed_tokens(input_ids)
         if position_ids is None:
             position_ids = torch.arange(input_ids.shape[1], device=h.device)[None]

@@ -1,4 +1,30 @@
+from pathlib import Path
+
 from setuptools import find_packages, setup
+
+
+def _compiled(base):
+    """`base` (an install command) that then byte-compiles the package's sources in place, as pip
+    byte-compiles a regular install: an editable install otherwise compiles every module at every
+    start where PYTHONDONTWRITEBYTECODE is set (0.09-0.12 s of a run's fixed cost on a 2-core CPU)."""
+
+    class Compiled(base):
+        def run(self):
+            super().run()
+            import compileall
+
+            for folder in ("rmbench_fast", "kernels"):
+                compileall.compile_dir(str(Path(__file__).resolve().parent / folder), quiet=1)
+
+    return Compiled
+
+
+try:  # setuptools >= 64: what pip's editable installs run
+    from setuptools.command.editable_wheel import editable_wheel
+
+    CMDCLASS = {"editable_wheel": _compiled(editable_wheel)}
+except ImportError:
+    CMDCLASS = {}
 
 # `kernels/` ships as `rmbench_fast.kernels`: a top-level package named `kernels` would shadow
 # Hugging Face's `kernels` package, which transformers probes at import time.
@@ -39,4 +65,5 @@ setup(
         "judge": ["httpx2>=2.12", "openai>=1.98", "fastapi", "uvicorn"],
     },
     entry_points={"console_scripts": ["rmbench-fast = rmbench_fast.cli.main:entry"]},
+    cmdclass=CMDCLASS,
 )

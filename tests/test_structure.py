@@ -153,3 +153,35 @@ def test_the_kernels_folder_never_stands_for_hugging_faces_kernels():
     assert "rmbench_fast.kernels" in missing.stderr
     if real == "True":
         assert run("import transformers.integrations.hub_kernels").returncode == 0
+
+
+def test_an_editable_install_byte_compiles_the_package(tmp_path):
+    """setup.py's editable_wheel command byte-compiles rmbench_fast/ and kernels/ in place after
+    installing (where PYTHONDONTWRITEBYTECODE is set, an editable install would otherwise compile
+    every module at every start)."""
+    import importlib.util
+    from pathlib import Path
+
+    import setuptools
+
+    root = Path(__file__).resolve().parents[1]
+    captured = {}
+    namespace = {"__file__": str(tmp_path / "setup.py"), "__name__": "setup"}
+    (tmp_path / "README.md").write_text("x")
+    for folder in ("rmbench_fast", "kernels"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "mod.py").write_text("x = 1\n")
+    real_setup = setuptools.setup
+    setuptools.setup = lambda **kw: captured.update(kw)
+    try:
+        exec(compile((root / "setup.py").read_text(), str(tmp_path / "setup.py"), "exec"), namespace)
+    finally:
+        setuptools.setup = real_setup
+    command = captured["cmdclass"]["editable_wheel"]
+    assert issubclass(command, __import__("setuptools.command.editable_wheel").command.editable_wheel.editable_wheel)
+    ran = []
+    base = type("Base", (), {"run": lambda self: ran.append(1)})
+    namespace["_compiled"](base)().run()
+    assert ran == [1]
+    for folder in ("rmbench_fast", "kernels"):
+        assert Path(importlib.util.cache_from_source(str(tmp_path / folder / "mod.py"))).is_file(), folder

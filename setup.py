@@ -32,7 +32,7 @@ setup(
     name="rmbench-fast",
     version="0.1.0",
     description="Fast, exact RM-Bench scoring for reward models and DPO models",
-    long_description=open("README.md", encoding="utf-8").read(),
+    long_description=(Path(__file__).resolve().parent / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["rmbench_fast", "rmbench_fast.*"]) + ["rmbench_fast.kernels"],

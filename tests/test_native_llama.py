@@ -58,6 +58,7 @@ def test_masked_forwards_are_the_same_bits(tmp_path, dtype, kv_heads):
     mask = torch.ones_like(ids)
     mask[[0, 2], 0] = 0  # rows 0 and 2: the first BOS masked
     ids[1, 20:], mask[1, 20:] = 0, 0  # row 1 right-padded
+    ids[2, 25:], mask[2, 25:] = 0, 0  # row 2 both
     for kind in ("rm", "lm"):
         real, native = build(tmp_path, kind, kv_heads, dtype)
         with torch.inference_mode():
@@ -155,11 +156,31 @@ def test_a_plain_llama_run_never_imports_transformers(world, kind, request, tmp_
         models = {"model": str(tmp_path / "rm")}
     code = ("import json, sys\nfrom rmbench_fast.engine.score import ScoreOptions, score\n"
             f"r = score(ScoreOptions(data={world['data']!r}, cache=False, progress=False, **{models!r}))\n"
-            "print(json.dumps([r.chosen.tolist(), r.rejected.tolist(), 'transformers' in sys.modules]))")
+            "print(json.dumps([r.chosen.tolist(), r.rejected.tolist(), 'transformers' in sys.modules, r.run]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    chosen, rejected, imported = json.loads(out.stdout.strip().splitlines()[-1])
+    chosen, rejected, imported, run = json.loads(out.stdout.strip().splitlines()[-1])
     assert imported is False
+    if kind.startswith("rm"):  # a doubled BOS (masked batches) in that run and no other
+        doubled = int(__import__("re").search(r'"double_bos_sequences": (\d+)', json.dumps(run)).group(1))
+        assert (doubled > 0) is kind.endswith("BOS"), doubled
     request.getfixturevalue("no_native")
     plain = score(ScoreOptions(data=world["data"], cache=False, progress=False, **models))
     assert np.array_equal(np.array(chosen), plain.chosen) and np.array_equal(np.array(rejected), plain.rejected)
+
+
+def test_grouped_query_attention_sdpa_would_call_otherwise_loads_transformers(tmp_path, monkeypatch):
+    """Key / value heads as native_llama hands them to SDPA (grouped by SDPA without a mask, repeated
+    with one) are transformers 5's choice for heads up to 256 wide without TRANSFORMERS_SDPA_FORCE_GQA:
+    other models load transformers' own."""
+    from rmbench_fast.models import loading
+
+    build(tmp_path / "narrow", "lm", 2, torch.float32)
+    build(tmp_path / "wide", "lm", 2, torch.float32, head_dim=264)
+    build(tmp_path / "wide_mha", "lm", 4, torch.float32, head_dim=264)
+    load = lambda d: loading._native_model(str(next((tmp_path / d).iterdir())), "lm", torch.float32,  # noqa: E731
+                                           torch.device("cpu"))
+    assert load("narrow") is not None and load("wide_mha") is not None
+    assert load("wide") is None
+    monkeypatch.setenv("TRANSFORMERS_SDPA_FORCE_GQA", "1")
+    assert load("narrow") is None and load("wide_mha") is not None

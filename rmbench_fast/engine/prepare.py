@@ -30,7 +30,7 @@ from ..models.loading import load_config, load_tokenizer, tokenizer_folder
 from ..models.precision import Precision
 from ..models.precision import choose as choose_precision
 from ..models.tokenizer_loading import read_json
-from ..models.versions import transformers_version
+from ..models.versions import parse_version, transformers_version
 from ..models.weight_files import check_weights
 from ..scorers import Scorer, make_scorer
 from ..store.entries import Store
@@ -275,9 +275,11 @@ def prepare(o: ScoreOptions, store: Store, reuse: dict | None = None, given: Giv
                              default_budget_bytes(target.memory, o.prefix_cache_mb), group_size=sizes)
         plan = plan if plan.saved_tokens() > 0 else None
     # a plain Llama without transformers (models.native_llama), in this process only; masked batches
-    # (a doubled BOS) whole and masked as transformers 5 masks them
+    # (a doubled BOS) whole and masked as transformers 5 masks them on a torch whose SDPA takes a fully
+    # masked row (transformers patched the mask for torch < 2.5)
     scorer.native = (o.engine == "local" and o.tp == 1 and not o.device_map and not compat
-                     and (not masked or (plan is None and transformers_version() >= (5,))))
+                     and (not masked or (plan is None and transformers_version() >= (5,)
+                                         and parse_version(torch.__version__) >= (2, 5))))
     if plan is not None:
         batch_lengths = lengths - plan.prefix
         batches = plan_batches(lengths, plan, max_tokens, o.max_batch_size)

@@ -3,6 +3,7 @@ weights, with one-line errors for what does not load or does not match."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
@@ -221,6 +222,12 @@ def _native_model(path: str, mode: str, dtype: torch.dtype, device: torch.device
     config = native_config(path, None)
     want = "LlamaForSequenceClassification" if mode == "rm" else "LlamaForCausalLM"
     if config is None or config.architectures != [want]:
+        return None
+    # grouped-query attention as native_llama calls SDPA: key / value heads repeated under a mask, SDPA's
+    # own grouping without one; transformers 5 repeats them for heads over 256 wide or groups them under
+    # a mask when TRANSFORMERS_SDPA_FORCE_GQA is set (and 4.51 has other rules): those load transformers'
+    if config.num_key_value_heads != config.num_attention_heads and (
+            config.head_dim > 256 or os.environ.get("TRANSFORMERS_SDPA_FORCE_GQA", "0") == "1"):
         return None
     from .native_llama import load
 

@@ -17,12 +17,12 @@ tests/test_native_tokenizer.py compares it with the real one on every test folde
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from .tokenizer_facts import ATTRS, StoredTokenizer
-from .tokenizer_loading import CLASSES_451, _chat_template_451, class_451, read_json, saved_padding
 from .native_template import Renderer, plain_messages, restates_installed
+from .tokenizer_facts import ATTRS, StoredTokenizer
+from .tokenizer_loading import (CLASSES_451, _chat_template_451, bos_eos_processor, class_451, read_json,
+                                saved_padding, set_prefix_space)
 from .versions import transformers_version
 
 SPECIALS = ("bos_token", "eos_token", "unk_token", "pad_token")
@@ -79,12 +79,12 @@ def native_tokenizer(path: str, load):
         else:
             value = padding["pad_token"] if key == "pad_token" and padding else None
         token = _content(value)
-        if token is not None and token not in added:
+        have = decoder.get(added.get(token))  # its added token, if it is one
+        if token is not None and have is None:
             if not isinstance(value, str) or not value or backend.token_to_id(token) is not None:
                 return None  # transformers makes a vocabulary entry special, adds a token with these flags, ...
             missing.append(token)
-        elif token is not None and not (decoder[added[token]].special and (isinstance(value, str)
-                                                                           or _same_flags(value, decoder[added[token]]))):
+        elif have is not None and not (have.special and (isinstance(value, str) or _same_flags(value, have))):
             return None  # transformers makes it special / re-adds it with the folder's flags
         attrs[key] = token
     # a special token the vocabulary lacks (LlamaTokenizerFast's default <unk>): transformers adds it at
@@ -99,14 +99,15 @@ def native_tokenizer(path: str, load):
         side = str(padding["direction"]).lower() if padding else spec.get("padding_side", "right")
     attrs.update(padding_side=side, truncation_side=cfg.get("truncation_side", "right"),
                  chat_template=_chat_template_451(folder, cfg))
-    if not _prefix_space(backend, cfg.get("add_prefix_space", spec.get("add_prefix_space", False))):
-        return None
+    if not set_prefix_space(backend, cfg.get("add_prefix_space", spec.get("add_prefix_space", False))):
+        return None  # the real loader keeps the saved pre-tokenizer then: ask it
     if "bos_eos" in spec:
         add_bos, add_eos = spec["bos_eos"]
         add_bos, add_eos = bool(cfg.get("add_bos_token", add_bos)), bool(cfg.get("add_eos_token", add_eos))
         if (add_bos and attrs["bos_token"] is None) or (add_eos and attrs["eos_token"] is None):
             return None  # an error the real loader raises
-        _post_processor(backend, attrs, add_bos, add_eos)
+        backend.post_processor = bos_eos_processor((attrs["bos_token"], attrs["bos_token_id"]) if add_bos else None,
+                                                   (attrs["eos_token"], attrs["eos_token_id"]) if add_eos else None)
     backend.no_padding()
     cls = type("TokenizersBackend", (NativeTokenizer,), {"__module__": __name__})  # the real loader's class name
     specials = None if others else {k: attrs[k] for k in SPECIALS if attrs[k] is not None}  # special_tokens_map
@@ -118,36 +119,6 @@ def _same_flags(given, have) -> bool:
     return have is not None and isinstance(given, dict) and all(
         given[f] == getattr(have, f) for f in ("content", "lstrip", "rstrip", "normalized", "special", "single_word")
         if f in given)
-
-
-def _prefix_space(backend, want) -> bool:
-    """tokenizer_loading._fix_prefix_space on the backend; False where it could not be set as there."""
-    from tokenizers import pre_tokenizers
-
-    pre = backend.pre_tokenizer
-    if pre is None or not isinstance(want, bool):
-        return True
-    state = json.loads(pre.__getstate__())
-    if state.get("add_prefix_space", want) == want:
-        return True
-    kind = getattr(pre_tokenizers, state.pop("type"))
-    state["add_prefix_space"] = want
-    try:
-        backend.pre_tokenizer = kind(**state)
-    except Exception:  # noqa: BLE001 - the real loader keeps the saved one then: ask it
-        return False
-    return True
-
-
-def _post_processor(backend, attrs, add_bos: bool, add_eos: bool) -> None:
-    """tokenizer_loading._update_post_processor on the backend."""
-    from tokenizers import processors
-
-    bos, eos = attrs["bos_token"], attrs["eos_token"]
-    single = f"{(bos + ':0 ') if add_bos else ''}$A:0{(' ' + eos + ':0') if add_eos else ''}"
-    pair = f"{single}{(' ' + bos + ':1') if add_bos else ''} $B:1{(' ' + eos + ':1') if add_eos else ''}"
-    special = ([(bos, attrs["bos_token_id"])] if add_bos else []) + ([(eos, attrs["eos_token_id"])] if add_eos else [])
-    backend.post_processor = processors.TemplateProcessing(single=single, pair=pair, special_tokens=special)
 
 
 class NativeTokenizer(StoredTokenizer):

@@ -148,19 +148,27 @@ def _fix_prefix_space(tok, want) -> None:
     """4.51's PreTrainedTokenizerFast.__init__ resets a top-level pre-tokenizer's add_prefix_space
     (ByteLevel's) to tokenizer_config.json's (else the class's: False, None for Llama);
     transformers 5 leaves it as saved. Where 4.51 failed to rebuild it (None), it kept the saved one."""
+    set_prefix_space(tok.backend_tokenizer, want)
+
+
+def set_prefix_space(backend, want) -> bool:
+    """_fix_prefix_space on a tokenizers.Tokenizer; False where the pre-tokenizer could not be rebuilt
+    (it is left as saved)."""
     from tokenizers import pre_tokenizers
 
-    pre = tok.backend_tokenizer.pre_tokenizer
+    pre = backend.pre_tokenizer
     if pre is None or not isinstance(want, bool):
-        return
+        return True
     state = json.loads(pre.__getstate__())
-    if state.get("add_prefix_space", want) != want:
-        kind = getattr(pre_tokenizers, state.pop("type"))
-        state["add_prefix_space"] = want
-        try:
-            tok.backend_tokenizer.pre_tokenizer = kind(**state)
-        except Exception:  # noqa: BLE001 - 4.51 ignores any failure here too
-            pass
+    if state.get("add_prefix_space", want) == want:
+        return True
+    kind = getattr(pre_tokenizers, state.pop("type"))
+    state["add_prefix_space"] = want
+    try:
+        backend.pre_tokenizer = kind(**state)
+    except Exception:  # noqa: BLE001 - 4.51 ignores any failure here too
+        return False
+    return True
 
 
 def _update_post_processor(tok, add_bos: bool, add_eos: bool) -> None:
@@ -168,21 +176,28 @@ def _update_post_processor(tok, add_bos: bool, add_eos: bool) -> None:
     4.51, run by their __init__: the post-processor becomes [BOS] $A [EOS] from the flags,
     whatever tokenizer.json held. Like 4.51 (and unlike transformers 5), a flag without its token
     is an error."""
-    from tokenizers import processors
-
     bos, eos = tok.bos_token, tok.eos_token
     if bos is None and add_bos:
         raise ValueError("add_bos_token = True but bos_token = None")
     if eos is None and add_eos:
         raise ValueError("add_eos_token = True but eos_token = None")
-    single = f"{(bos + ':0 ') if add_bos else ''}$A:0{(' ' + eos + ':0') if add_eos else ''}"
-    pair = f"{single}{(' ' + bos + ':1') if add_bos else ''} $B:1{(' ' + eos + ':1') if add_eos else ''}"
-    special = ([(bos, tok.bos_token_id)] if add_bos else []) + ([(eos, tok.eos_token_id)] if add_eos else [])
     # the flags as 4.51 holds them, without transformers 5's setters (which rebuild it again)
     object.__setattr__(tok, "_add_bos_token", add_bos)
     object.__setattr__(tok, "_add_eos_token", add_eos)
-    tok.backend_tokenizer.post_processor = processors.TemplateProcessing(single=single, pair=pair,
-                                                                         special_tokens=special)
+    tok.backend_tokenizer.post_processor = bos_eos_processor((bos, tok.bos_token_id) if add_bos else None,
+                                                             (eos, tok.eos_token_id) if add_eos else None)
+
+
+def bos_eos_processor(bos, eos):
+    """The post-processor 4.51's update_post_processor builds: [BOS] $A [EOS], bos / eos a (token, id)
+    to add or None."""
+    from tokenizers import processors
+
+    b = f"{bos[0]}:0 " if bos else ""
+    e = f" {eos[0]}:0" if eos else ""
+    single = f"{b}$A:0{e}"
+    pair = f"{single}{(' ' + bos[0] + ':1') if bos else ''} $B:1{(' ' + eos[0] + ':1') if eos else ''}"
+    return processors.TemplateProcessing(single=single, pair=pair, special_tokens=[t for t in (bos, eos) if t])
 
 
 def _chat_template_451(folder: Path, cfg: dict):

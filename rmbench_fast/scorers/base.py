@@ -48,8 +48,8 @@ class Scorer:
         return (() if self.benchmark == "rm-bench" else (f"benchmark:{self.benchmark}",)) + \
             (() if self.span is None else (f"score-span:after:{self.span}",))
 
-    # whether load may build a plain Llama without transformers (models.native_llama): prepare sets it
-    # when no batch of the run reaches the model with a mask
+    # whether load may build a plain Llama without transformers (models.native_llama): prepare decides,
+    # from where the run computes and the masks its batches need
     native = False
 
     def pass_key(self) -> tuple:
